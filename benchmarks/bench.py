@@ -1,0 +1,151 @@
+"""Overhead of pytest-cudagraph-guard, measured as ratios in one run.
+
+Each case runs two pytest commands, A (the plugin's feature on) and B (the baseline), alternately
+A B A B ..., and reports the median of the per-pair ratios A/B of wall-clock time, so that the
+machine's drift hits both sides alike.
+
+    python benchmarks/bench.py                 # every case, 5 pairs each
+    python benchmarks/bench.py --pairs 3 --tests 200 --case guard
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+TRIVIAL_TEST = "def test_{i}():\n    pass\n"
+TORCH_CONFTEST = "import torch\nimport torch._inductor.config\n"
+NO_TORCH_CONFTEST = """
+import sys
+
+def pytest_unconfigure(config):
+    if "torch" in sys.modules:
+        raise SystemExit("torch was imported")
+"""
+
+
+@dataclass
+class Case:
+    name: str
+    target: float
+    conftest: str
+    test_template: str
+    command_a: list[str]
+    command_b: list[str]
+    what: str
+
+
+def cases() -> dict[str, Case]:
+    plain = ["-p", "no:cacheprovider", "-q"]
+    return {
+        "guard": Case(
+            "guard",
+            1.02,
+            TORCH_CONFTEST,
+            TRIVIAL_TEST,
+            plain,
+            [*plain, "-p", "no:cudagraph_guard"],
+            "conftest imports torch; plugin on (default --cudagraph-guard=warn) / plugin off",
+        ),
+        "startup": Case(
+            "startup",
+            1.02,
+            NO_TORCH_CONFTEST,
+            TRIVIAL_TEST,
+            plain,
+            [*plain, "-p", "no:cudagraph_guard"],
+            "torch-free suite (torch never imported); plugin on / plugin off",
+        ),
+    }
+
+
+def write_suite(root: Path, case: Case, tests: int) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "conftest.py").write_text(case.conftest)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    per_file = 100
+    for start in range(0, tests, per_file):
+        body = "".join(
+            case.test_template.format(i=i) for i in range(start, min(tests, start + per_file))
+        )
+        (root / f"test_bench_{start // per_file}.py").write_text(body)
+
+
+def _env_with_bytecode() -> dict[str, str]:
+    """Bytecode caching on, as on a user's machine, whatever this shell says."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def timed(command: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "pytest", *command],
+        cwd=cwd,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env=_env_with_bytecode(),
+    )
+    return time.perf_counter() - start
+
+
+def measure(case: Case, tests: int, pairs: int, log: Callable[[str], None]) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix=f"cgg-bench-{case.name}-") as tmp:
+        root = Path(tmp)
+        write_suite(root, case, tests)
+        timed(case.command_a, root)  # warm the file system and bytecode caches
+        times_a, times_b = [], []
+        for _ in range(pairs):
+            times_a.append(timed(case.command_a, root))
+            times_b.append(timed(case.command_b, root))
+    ratios = [a / b for a, b in zip(times_a, times_b)]
+    ratio = statistics.median(ratios)
+    verdict = "ok" if ratio <= case.target else "OVER TARGET"
+    log(
+        f"{case.name:8} {ratio:6.3f}  (target <= {case.target}, {verdict}; "
+        f"A median {statistics.median(times_a):.2f} s, B median {statistics.median(times_b):.2f} s)"
+    )
+    return {
+        "case": case.name,
+        "what": case.what,
+        "tests": tests,
+        "pairs": pairs,
+        "ratio": round(ratio, 4),
+        "target": case.target,
+        "seconds_a": [round(t, 3) for t in times_a],
+        "seconds_b": [round(t, 3) for t in times_b],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", choices=sorted(cases()), help="repeatable")
+    parser.add_argument("--tests", type=int, default=1000, help="tests per suite (1000)")
+    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per case (5)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    if args.tests < 1 or args.pairs < 1:
+        parser.error("--tests and --pairs must be positive")
+    chosen = args.case or sorted(cases())
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {args.tests} tests, "
+        f"{args.pairs} pairs per case; ratio = median(A/B)"
+    )
+    results = [measure(cases()[name], args.tests, args.pairs, print) for name in chosen]
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

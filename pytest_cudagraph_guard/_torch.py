@@ -1,0 +1,423 @@
+"""The one place that touches torch internals and the differences between its releases.
+
+Nothing here imports torch at module level: every function that needs torch takes it from
+``sys.modules`` or imports it on demand, so that loading the plugin stays free.
+
+Config layouts, by release (see ``torch/utils/_config_module.py``):
+
+- ``plain`` (2.1-2.5): ``module._config[key]`` holds the value, ``module._default[key]``
+  the default;
+  ``del config.key`` removes the key from ``_config``.
+- ``entry`` (2.6-2.11): ``module._config[key]`` is a ``_ConfigEntry`` whose ``user_override`` is a
+  plain attribute, process-global.
+- ``ctxvar`` (2.12+): ``user_override`` is a ``ContextVar``, so overrides are per thread/context.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
+from operator import attrgetter
+from types import ModuleType
+from typing import Any, Final, NamedTuple
+
+INDUCTOR_CONFIG: Final = "torch._inductor.config"
+DYNAMO_CONFIG: Final = "torch._dynamo.config"
+GUARDED_CONFIG_MODULES: Final = (INDUCTOR_CONFIG, DYNAMO_CONFIG)
+
+_IMMUTABLE_TYPES: Final = (int, float, bool, type(None), str, tuple, bytes, frozenset)
+
+
+class _Unset:
+    """Stands for "no user override" across every layout."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _Unset:
+        return self
+
+
+class _Hidden:
+    """The effective value of a key hidden by ``del`` (reads raise AttributeError)."""
+
+    _instance: _Hidden | None = None
+
+    def __new__(cls) -> _Hidden:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+UNSET: Final = _Unset()
+HIDDEN: Final = _Hidden()
+
+
+class TorchNotInstalled(ImportError):
+    """Raised when a feature needs torch and it cannot be imported."""
+
+
+def torch_loaded() -> bool:
+    """Whether the test session has imported torch already (no import is attempted)."""
+    return sys.modules.get("torch") is not None
+
+
+def import_torch() -> ModuleType:
+    try:
+        import torch
+    except ImportError as exc:
+        raise TorchNotInstalled("torch is not installed") from exc
+    return torch
+
+
+def torch_version() -> str | None:
+    torch = sys.modules.get("torch")
+    return None if torch is None else str(getattr(torch, "__version__", "unknown"))
+
+
+def release_tuple(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of the installed torch, from ``torch.__version__``."""
+    text = version if version is not None else torch_version()
+    if not text:
+        return (0, 0)
+    parts = text.split("+")[0].split(".")
+    try:
+        return (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def is_mutable(value: object) -> bool:
+    return not isinstance(value, _IMMUTABLE_TYPES)
+
+
+def copy_value(value: object) -> Any:
+    if not is_mutable(value):
+        return value
+    import copy
+
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
+def values_differ(current: object, previous: object) -> bool:
+    if current is previous:
+        return False
+    try:
+        return bool(current != previous) or type(current) is not type(previous)
+    except Exception:
+        return True
+
+
+class RawEntry(NamedTuple):
+    """What a config key holds, beneath its effective value."""
+
+    override: Any
+    default: Any
+    hidden: bool
+
+    def same_as(self, other: RawEntry) -> bool:
+        return not (
+            self.hidden != other.hidden
+            or values_differ(self.override, other.override)
+            or values_differ(self.default, other.default)
+        )
+
+
+class ConfigAccess:
+    """Layout-independent reads and writes of one torch config module's raw entries."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.name: str = module.__name__
+        self._config: dict[str, Any] = module.__dict__["_config"]
+        self.layout = _layout_of(module)
+        self._torch_unset: object = _torch_unset_sentinel(module, self.layout)
+        self._pristine_keys = tuple(self._config)
+        self._alias_keys = frozenset(
+            key for key, entry in self._config.items() if getattr(entry, "alias", None)
+        )
+
+    def keys(self) -> list[str]:
+        """Every key that holds its own value (aliases of other settings are left out)."""
+        if self.layout == "plain":
+            return [k for k in self._pristine_keys]
+        return [k for k in self._config if k not in self._alias_keys]
+
+    def has_key(self, key: str) -> bool:
+        return key in self._config or key in self._pristine_keys
+
+    def all_keys(self) -> list[str]:
+        return sorted(set(self._config) | set(self._pristine_keys))
+
+    def raw(self, key: str) -> RawEntry:
+        if self.layout == "plain":
+            defaults: dict[str, Any] = self.module.__dict__.get("_default", {})
+            default = defaults.get(key)
+            if key not in self._config:
+                return RawEntry(UNSET, default, True)
+            value = self._config[key]
+            override = UNSET if value is default else value
+            return RawEntry(override, default, False)
+        entry = self._config[key]
+        override = self._read_override(entry)
+        return RawEntry(override, entry.default, bool(getattr(entry, "hide", False)))
+
+    def snapshot(self) -> dict[str, RawEntry]:
+        snap = {}
+        for key in self.keys():
+            raw = self.raw(key)
+            snap[key] = RawEntry(copy_value(raw.override), copy_value(raw.default), raw.hidden)
+        return snap
+
+    def write(self, key: str, raw: RawEntry) -> None:
+        """Puts ``raw`` back under ``key``, bypassing the module's attribute protocol."""
+        value = copy_value(raw.override)
+        if self.layout == "plain":
+            if raw.hidden:
+                self._config.pop(key, None)
+            else:
+                self._config[key] = raw.default if value is UNSET else value
+            return
+        entry = self._config[key]
+        stored = self._torch_unset if value is UNSET else value
+        if self.layout == "ctxvar":
+            entry.user_override.set(stored)
+        else:
+            entry.user_override = stored
+        if values_differ(entry.default, raw.default):
+            entry.default = copy_value(raw.default)
+        if hasattr(entry, "hide"):
+            entry.hide = raw.hidden
+
+    def effective(self, key: str, raw: RawEntry | None = None) -> Any:
+        """The value a read of ``key`` gives, computed without a read's side effects."""
+        raw = raw if raw is not None else self.raw(key)
+        if raw.hidden:
+            return HIDDEN
+        if self.layout == "plain":
+            return raw.default if raw.override is UNSET else raw.override
+        entry = self._config[key]
+        forced = getattr(entry, "env_value_force", self._torch_unset)
+        if forced is not self._torch_unset:
+            return forced
+        if raw.override is not UNSET:
+            return raw.override
+        env_default = getattr(entry, "env_value_default", self._torch_unset)
+        if env_default is not self._torch_unset:
+            return env_default
+        return raw.default
+
+    def provenance(self, key: str) -> str | None:
+        """``env-force``/``env-default`` when an environment variable decides the value."""
+        if self.layout == "plain":
+            return None
+        entry = self._config[key]
+        if getattr(entry, "env_value_force", self._torch_unset) is not self._torch_unset:
+            return "env-force"
+        if self._read_override(entry) is not UNSET:
+            return "override"
+        if getattr(entry, "env_value_default", self._torch_unset) is not self._torch_unset:
+            return "env-default"
+        return None
+
+    def mark_dirty(self) -> None:
+        """Invalidates torch's hash and ``_get_dict`` caches after a raw write."""
+        namespace = self.module.__dict__
+        hash_dirty = namespace.get("_hash_dirty_var")
+        if isinstance(hash_dirty, ContextVar):
+            hash_dirty.set(True)
+        dict_dirty = namespace.get("_get_dict_dirty_keys_var")
+        if isinstance(dict_dirty, ContextVar):
+            dict_dirty.set(None)
+        if "_is_dirty" in namespace:
+            namespace["_is_dirty"] = True
+
+    def defaults_vector(self) -> list[Any]:
+        """Every entry's default object, cheaply, to notice a default replaced in place."""
+        if self.layout == "plain":
+            return list(self.module.__dict__.get("_default", {}).values())
+        return list(map(_DEFAULT_OF, self._config.values()))
+
+    def mutable_keys(self, snapshot: dict[str, RawEntry]) -> list[str]:
+        return [
+            key
+            for key, raw in snapshot.items()
+            if (is_mutable(raw.override) and raw.override is not UNSET) or is_mutable(raw.default)
+        ]
+
+    def _read_override(self, entry: Any) -> Any:
+        value = entry.user_override.get() if self.layout == "ctxvar" else entry.user_override
+        return UNSET if value is self._torch_unset else value
+
+
+_DEFAULT_OF = attrgetter("default")
+
+
+def _layout_of(module: ModuleType) -> str:
+    for entry in module.__dict__["_config"].values():
+        override = getattr(entry, "user_override", None)
+        if override is None and not hasattr(entry, "user_override"):
+            return "plain"
+        return "ctxvar" if isinstance(override, ContextVar) else "entry"
+    return "plain"
+
+
+def _torch_unset_sentinel(module: ModuleType, layout: str) -> object:
+    if layout == "plain":
+        return UNSET
+    entry = next(iter(module.__dict__["_config"].values()))
+    owner = importlib.import_module(type(entry).__module__)
+    return getattr(owner, "_UNSET_SENTINEL", UNSET)
+
+
+_ACCESS_CACHE: dict[int, ConfigAccess] = {}
+
+
+def access(module: ModuleType) -> ConfigAccess:
+    cached = _ACCESS_CACHE.get(id(module))
+    if cached is None or cached.module is not module:
+        cached = ConfigAccess(module)
+        _ACCESS_CACHE[id(module)] = cached
+    return cached
+
+
+def loaded_config(name: str) -> ConfigAccess | None:
+    """The config module ``name`` if the session has imported it; never imports it."""
+    module = sys.modules.get(name)
+    if module is None or "_config" not in module.__dict__:
+        return None
+    return access(module)
+
+
+def import_config(name: str) -> ConfigAccess:
+    import_torch()
+    return access(importlib.import_module(name))
+
+
+def loaded_guarded_configs() -> Iterator[ConfigAccess]:
+    for name in GUARDED_CONFIG_MODULES:
+        found = loaded_config(name)
+        if found is not None:
+            yield found
+
+
+def is_torch_env_memo(key: str, before: str | None, after: str | None) -> bool:
+    """Whether torch itself wrote ``key``: ``cache_dir()`` stores its resolved default there."""
+    if key != "TORCHINDUCTOR_CACHE_DIR" or before is not None or after is None:
+        return False
+    if not torch_loaded():
+        return False
+    try:
+        utils = importlib.import_module("torch._inductor.runtime.cache_dir_utils")
+        return bool(os.path.abspath(utils.default_cache_dir()) == after)
+    except Exception:
+        return False
+
+
+# --- change counting -----------------------------------------------------------------------
+# Every ordinary change of a config key goes through the module's __setattr__/__delattr__
+# (plain assignment, SubConfigProxy, config.patch, mock.patch, monkeypatch, load_config). A
+# subclass of the module's own class counts them, so a guard can tell "nothing changed" in O(1).
+
+_change_count = [0]
+_counted_modules: dict[int, tuple[ModuleType, type, int]] = {}
+
+
+def change_count() -> int:
+    return _change_count[0]
+
+
+def count_changes(module: ModuleType) -> None:
+    """Makes ``module`` count attribute writes; nested calls are reference-counted."""
+    key = id(module)
+    if key in _counted_modules:
+        mod, original, users = _counted_modules[key]
+        _counted_modules[key] = (mod, original, users + 1)
+        return
+    original = type(module)
+    bypass: Iterable[str] = module.__dict__.get("_bypass_keys", ())
+    bypass_keys = frozenset(bypass)
+    counter = _change_count
+
+    def __setattr__(self: ModuleType, name: str, value: object) -> None:
+        if name not in bypass_keys:
+            counter[0] += 1
+        original.__setattr__(self, name, value)
+
+    def __delattr__(self: ModuleType, name: str) -> None:
+        if name not in bypass_keys:
+            counter[0] += 1
+        original.__delattr__(self, name)
+
+    counting = type(
+        original.__name__,
+        (original,),
+        {
+            "__setattr__": __setattr__,
+            "__delattr__": __delattr__,
+            "__module__": original.__module__,
+            "__qualname__": original.__qualname__,
+        },
+    )
+    object.__setattr__(module, "__class__", counting)
+    _counted_modules[key] = (module, original, 1)
+
+
+def stop_counting(module: ModuleType) -> None:
+    key = id(module)
+    if key not in _counted_modules:
+        return
+    mod, original, users = _counted_modules[key]
+    if users > 1:
+        _counted_modules[key] = (mod, original, users - 1)
+        return
+    del _counted_modules[key]
+    object.__setattr__(module, "__class__", original)
+
+
+def nearest_keys(wanted: str, keys: Iterable[str], count: int = 3) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(wanted, list(keys), n=count, cutoff=0.6)
+
+
+# --- compiled state --------------------------------------------------------------------------
+
+CUDAGRAPH_TREES: Final = "torch._inductor.cudagraph_trees"
+TLS_KEYS: Final = ("tree_manager_containers", "tree_manager_locks")
+
+
+def has_cudagraph_tls() -> bool:
+    """Whether the calling thread has CUDAGraph Trees state (never creates it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch._C._is_key_in_tls(TLS_KEYS[0]))
+
+
+def reset_cudagraph_trees_here() -> None:
+    """Resets the calling thread's cudagraph trees, where this thread has any."""
+    trees = sys.modules.get(CUDAGRAPH_TREES)
+    if trees is not None and has_cudagraph_tls():
+        trees.reset_cudagraph_trees()
+
+
+def reset_compiled_state() -> None:
+    """``torch._dynamo.reset()`` and the calling thread's cudagraph trees."""
+    import_torch()
+    importlib.import_module("torch._dynamo").reset()
+    reset_cudagraph_trees_here()

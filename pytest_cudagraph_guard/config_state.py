@@ -1,0 +1,202 @@
+"""Snapshots of the guarded state (torch's config modules and environment), diffs and restores."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Final, NamedTuple
+
+from . import _torch
+from ._torch import HIDDEN, UNSET, ConfigAccess, RawEntry
+
+ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
+ENV_UNSET: Final = "<unset>"
+
+
+def relevant_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+
+
+def _environ_data() -> dict[Any, Any]:
+    data = getattr(os.environ, "_data", None)
+    return data if isinstance(data, dict) else dict(os.environ)
+
+
+def raw_environ() -> dict[Any, Any]:
+    """A cheap copy of the whole environment, only to tell whether anything changed."""
+    return dict(_environ_data())
+
+
+class Change(NamedTuple):
+    """One setting whose effective value differs between two snapshots."""
+
+    where: str
+    key: str
+    before: Any
+    after: Any
+
+    def describe(self) -> str:
+        return f"{self.qualified_key}: {_show(self.before)} -> {_show(self.after)}"
+
+    @property
+    def qualified_key(self) -> str:
+        return f"${self.key}" if self.where == "env" else f"{self.where}.{self.key}"
+
+
+def _show(value: Any) -> str:
+    if value is HIDDEN or value is UNSET or value == ENV_UNSET:
+        return "<deleted>" if value is HIDDEN else "<unset>"
+    return repr(value)
+
+
+class Snapshot:
+    """The guarded state at one moment; a module absent from ``modules`` was not imported."""
+
+    def __init__(self, env: dict[str, str], modules: dict[str, dict[str, RawEntry]]) -> None:
+        self.env = env
+        self.modules = modules
+
+    @classmethod
+    def take(cls) -> Snapshot:
+        modules = {cfg.name: cfg.snapshot() for cfg in _torch.loaded_guarded_configs()}
+        return cls(relevant_env(), modules)
+
+
+class _KeyDiff(NamedTuple):
+    config: ConfigAccess
+    key: str
+    before: RawEntry
+    after: RawEntry
+
+
+def _pristine(now: RawEntry) -> RawEntry:
+    """What a key held before its module was imported: torch's own default."""
+    return RawEntry(UNSET, now.default, False)
+
+
+def _module_diffs(before: Snapshot, after: Snapshot) -> list[_KeyDiff]:
+    diffs = []
+    for name, now in after.modules.items():
+        cfg = _torch.loaded_config(name)
+        if cfg is None:
+            continue
+        then = before.modules.get(name)
+        for key, raw_now in now.items():
+            raw_then = then.get(key) if then is not None else None
+            if raw_then is None:
+                raw_then = _pristine(raw_now)
+            if not raw_now.same_as(raw_then):
+                diffs.append(_KeyDiff(cfg, key, raw_then, raw_now))
+    return diffs
+
+
+def _env_keys_changed(before: Snapshot, after: Snapshot) -> list[str]:
+    """Variables that differ, less torch's own memo of its default cache directory."""
+    return [
+        key
+        for key in sorted(set(before.env) | set(after.env))
+        if before.env.get(key) != after.env.get(key)
+        and not _torch.is_torch_env_memo(key, before.env.get(key), after.env.get(key))
+    ]
+
+
+def _env_changes(before: Snapshot, after: Snapshot) -> list[Change]:
+    return [
+        Change("env", k, before.env.get(k, ENV_UNSET), after.env.get(k, ENV_UNSET))
+        for k in _env_keys_changed(before, after)
+    ]
+
+
+def _effective_changes(diffs: list[_KeyDiff]) -> list[Change]:
+    changes = []
+    for diff in diffs:
+        then = diff.config.effective(diff.key, diff.before)
+        now = diff.config.effective(diff.key, diff.after)
+        if _torch.values_differ(now, then):
+            changes.append(Change(diff.config.name, diff.key, then, now))
+    return changes
+
+
+def changes_between(before: Snapshot, after: Snapshot) -> list[Change]:
+    """Every setting whose effective value differs, config keys first, then variables."""
+    return _effective_changes(_module_diffs(before, after)) + _env_changes(before, after)
+
+
+def restore(before: Snapshot) -> list[Change]:
+    """Puts the state of ``before`` back; returns what differed in effect."""
+    after = Snapshot.take()
+    diffs = _module_diffs(before, after)
+    changes = _effective_changes(diffs) + _env_changes(before, after)
+    touched: dict[str, ConfigAccess] = {}
+    for diff in diffs:
+        diff.config.write(diff.key, diff.before)
+        touched[diff.config.name] = diff.config
+    for cfg in touched.values():
+        cfg.mark_dirty()
+    _restore_env(before, after)
+    return changes
+
+
+def _restore_env(before: Snapshot, after: Snapshot) -> None:
+    for key in _env_keys_changed(before, after):
+        if key in before.env:
+            os.environ[key] = before.env[key]
+        else:
+            os.environ.pop(key, None)
+
+
+def absorb(baseline: Snapshot, before: Snapshot, after: Snapshot) -> None:
+    """Takes into ``baseline`` what changed between ``before`` and ``after``."""
+    for name, now in after.modules.items():
+        then = before.modules.get(name)
+        target = baseline.modules.setdefault(name, {})
+        for key, raw_now in now.items():
+            raw_then = then.get(key) if then is not None else None
+            if raw_then is None or not raw_now.same_as(raw_then):
+                target[key] = raw_now
+    for key in set(before.env) | set(after.env):
+        if before.env.get(key) != after.env.get(key):
+            if key in after.env:
+                baseline.env[key] = after.env[key]
+            else:
+                baseline.env.pop(key, None)
+
+
+class QuickCheck:
+    """An O(changes) test of "is the state still what ``Snapshot`` saw", for the hot path.
+
+    It watches the config modules' own change counter, the environment, which config modules
+    are imported, every default object, and the values of mutable keys (changed in place).
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._count = _torch.change_count()
+        self._environ = raw_environ()
+        self._modules = {name: sys.modules.get(name) for name in _torch.GUARDED_CONFIG_MODULES}
+        self._per_module = []
+        for name, entries in snapshot.modules.items():
+            cfg = _torch.loaded_config(name)
+            if cfg is None:
+                continue
+            mutable = [
+                (key, entries[key].override, entries[key].default)
+                for key in cfg.mutable_keys(entries)
+            ]
+            self._per_module.append((cfg, cfg.defaults_vector(), mutable))
+
+    def unchanged(self) -> bool:
+        if _torch.change_count() != self._count or _environ_data() != self._environ:
+            return False
+        for name, module in self._modules.items():
+            if sys.modules.get(name) is not module:
+                return False
+        for cfg, defaults, mutable in self._per_module:
+            if cfg.defaults_vector() != defaults:
+                return False
+            for key, override, default in mutable:
+                raw = cfg.raw(key)
+                if _torch.values_differ(raw.override, override) or _torch.values_differ(
+                    raw.default, default
+                ):
+                    return False
+        return True

@@ -1,0 +1,117 @@
+"""``--cudagraph-guard``: catches tests that leave torch config or environment changes behind."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+import pytest
+
+from . import _torch
+from .config_state import Change, QuickCheck, Snapshot, absorb, restore
+
+GUARD_MODES: Final = ("restore", "warn", "fail", "off")
+DEFAULT_GUARD_MODE: Final = "warn"
+
+
+class CudagraphConfigLeakWarning(UserWarning):
+    """A test changed torch's cudagraph-related config or environment and left it changed."""
+
+
+def leak_message(nodeid: str, changes: list[Change], restored: bool) -> str:
+    what = "restored" if restored else "left in place"
+    lines = [f"{nodeid} leaked {len(changes)} config/environment change(s) ({what}):"]
+    lines += [f"  {change.describe()}" for change in changes]
+    return "\n".join(lines)
+
+
+class LeakGuard:
+    """Compares the guarded state after each test with the state before it.
+
+    The state before a test is a baseline carried from test to test; it takes in what shared
+    (class, module, package or session scoped) fixtures change when they are set up or torn
+    down, since those changes are meant to outlive one test.
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self._baseline: Snapshot | None = None
+        self._quick: QuickCheck | None = None
+        self._counted: dict[int, Any] = {}
+
+    def before_tests(self) -> None:
+        """Takes the baseline once collection (and module-level code) is done."""
+        self._rebaseline()
+
+    def after_test(self, item: pytest.Item, *, may_fail: bool = True) -> None:
+        changes = self._leaked_changes()
+        if not changes:
+            return
+        message = leak_message(item.nodeid, changes, restored=True)
+        if self.mode == "warn":
+            filename, lineno = _location(item)
+            warnings.warn_explicit(
+                CudagraphConfigLeakWarning(message),
+                CudagraphConfigLeakWarning,
+                filename=filename,
+                lineno=lineno,
+            )
+        elif self.mode == "fail" and may_fail:
+            pytest.fail(f"cudagraph_guard: {message}", pytrace=False)
+
+    @contextmanager
+    def shared_fixture(self, fixturedef: pytest.FixtureDef[Any]) -> Iterator[None]:
+        """Takes into the baseline what a shared fixture's setup and teardown change."""
+        pending: list[Snapshot] = []
+
+        def after_teardown() -> None:
+            if pending:
+                self._absorb(pending.pop(), Snapshot.take())
+
+        fixturedef.addfinalizer(after_teardown)
+        before = Snapshot.take()
+        try:
+            yield
+        finally:
+            self._absorb(before, Snapshot.take())
+            fixturedef.addfinalizer(lambda: pending.append(Snapshot.take()))
+
+    def close(self) -> None:
+        for module in self._counted.values():
+            _torch.stop_counting(module)
+        self._counted.clear()
+
+    def _leaked_changes(self) -> list[Change]:
+        if self._baseline is None:
+            self._rebaseline()
+            return []
+        if self._quick is not None and self._quick.unchanged():
+            return []
+        changes = restore(self._baseline)
+        self._rebaseline()
+        return changes
+
+    def _absorb(self, before: Snapshot, after: Snapshot) -> None:
+        if self._baseline is None:
+            return
+        absorb(self._baseline, before, after)
+        self._count_loaded_modules()
+        self._quick = None
+
+    def _rebaseline(self) -> None:
+        self._count_loaded_modules()
+        self._baseline = Snapshot.take()
+        self._quick = QuickCheck(self._baseline)
+
+    def _count_loaded_modules(self) -> None:
+        for cfg in _torch.loaded_guarded_configs():
+            if id(cfg.module) not in self._counted:
+                _torch.count_changes(cfg.module)
+                self._counted[id(cfg.module)] = cfg.module
+
+
+def _location(item: pytest.Item) -> tuple[str, int]:
+    path, lineno, _ = item.location
+    return str(item.path if item.path is not None else path), (lineno or 0) + 1
