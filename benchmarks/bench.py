@@ -108,7 +108,7 @@ def measure(case: Case, tests: int, pairs: int, log: Callable[[str], None]) -> d
         for _ in range(pairs):
             times_a.append(timed(case.command_a, root))
             times_b.append(timed(case.command_b, root))
-    ratios = [a / b for a, b in zip(times_a, times_b)]
+    ratios = [a / b for a, b in zip(times_a, times_b, strict=True)]
     ratio = statistics.median(ratios)
     verdict = "ok" if ratio <= case.target else "OVER TARGET"
     log(

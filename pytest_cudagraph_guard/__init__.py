@@ -5,7 +5,38 @@ Importing this package never imports torch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .config_guard import ConfigGuard, ConfigKeyError
 from .leak_guard import CudagraphConfigLeakWarning
 
-__all__ = ["ConfigGuard", "ConfigKeyError", "CudagraphConfigLeakWarning"]
+if TYPE_CHECKING:
+    from .diagnosis import Diagnosis, diagnose
+
+__all__ = [
+    "ConfigGuard",
+    "ConfigKeyError",
+    "CudagraphConfigLeakWarning",
+    "Diagnosis",
+    "diagnose",
+    "ensure_cudagraph_tls",
+]
+
+
+def ensure_cudagraph_tls() -> bool:
+    """Makes CUDAGraph Trees usable in the calling thread, as torch 2.13 does by itself.
+
+    Returns True if the thread's state had to be created, False if it was there already. Safe to
+    call anywhere, any number of times; imports torch.
+    """
+    from . import _torch
+
+    return _torch.ensure_cudagraph_tls()
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Diagnosis", "diagnose"):
+        from . import diagnosis
+
+        return getattr(diagnosis, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

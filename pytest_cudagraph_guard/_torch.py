@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from operator import attrgetter
@@ -421,3 +422,143 @@ def reset_compiled_state() -> None:
     import_torch()
     importlib.import_module("torch._dynamo").reset()
     reset_cudagraph_trees_here()
+
+
+# --- CUDAGraph Trees thread state, and capture serialization for torch < 2.13 ---------------
+# torch 2.13 (pytorch PR #184357) creates the per-thread state lazily in ``get_obj`` and takes a
+# module-level ``graph_capture_lock`` around tree-manager creation, warm-up and capture. Before
+# 2.13 only the thread that imported ``cudagraph_trees`` (and autograd's threads, which copy it)
+# had the state, and captures in several threads could overlap.
+
+
+def import_cudagraph_trees() -> ModuleType:
+    import_torch()
+    return importlib.import_module(CUDAGRAPH_TREES)
+
+
+def creates_thread_state_lazily(trees: ModuleType) -> bool:
+    """Whether this torch's ``get_obj`` creates missing thread state (2.13+)."""
+    return hasattr(trees, "_initialize_tls")
+
+
+def serializes_captures(trees: ModuleType) -> bool:
+    """Whether this torch takes ``graph_capture_lock`` around warm-up and capture (2.13+)."""
+    return hasattr(trees, "graph_capture_lock")
+
+
+def ensure_cudagraph_tls() -> bool:
+    """Makes CUDAGraph Trees usable in the calling thread; True if state had to be created.
+
+    The same as torch 2.13's ``_initialize_tls``: a dict of tree managers and a dict of locks,
+    kept on the module's ``threading.local`` and stashed in torch's C++ thread-local objects so
+    that autograd's threads receive them. State that autograd propagated is never replaced.
+    """
+    trees = import_cudagraph_trees()
+    stash = sys.modules["torch"]._C
+    local = trees.local
+    created = False
+    if not (hasattr(local, TLS_KEYS[0]) and hasattr(local, TLS_KEYS[1])):
+        if all(stash._is_key_in_tls(key) for key in TLS_KEYS):
+            return False
+        from collections import defaultdict
+
+        local.tree_manager_containers = {}
+        local.tree_manager_locks = defaultdict(threading.Lock)
+        created = True
+    for key in TLS_KEYS:
+        if not stash._is_key_in_tls(key):
+            stash._stash_obj_in_tls(key, getattr(local, key))
+    return created
+
+
+def release_cudagraph_tls() -> None:
+    """Frees the calling thread's tree managers (and, on 2.13+, its stashed state)."""
+    trees = sys.modules.get(CUDAGRAPH_TREES)
+    if trees is None or not has_cudagraph_tls():
+        return
+    trees.reset_cudagraph_trees()
+    remove = getattr(sys.modules["torch"]._C, "_remove_obj_from_tls", None)
+    if remove is not None:
+        for key in TLS_KEYS:
+            remove(key)
+
+
+_capture_lock = threading.RLock()
+_serialization = {"users": 0}
+_SERIALIZED_METHODS: Final = ("__init__", "run_eager", "record_function")
+_saved_methods: dict[str, Any] = {}
+
+
+def _locked(method: Any) -> Any:
+    def serialized(*args: Any, **kwargs: Any) -> Any:
+        with _capture_lock:
+            return method(*args, **kwargs)
+
+    serialized.__wrapped__ = method  # type: ignore[attr-defined]
+    serialized.__name__ = getattr(method, "__name__", "serialized")
+    return serialized
+
+
+def start_serializing_captures() -> None:
+    """On torch < 2.13, one process-wide lock around tree-manager creation, warm-up and capture,
+    where 2.13 takes ``graph_capture_lock``. Reference-counted; a no-op on 2.13+."""
+    trees = import_cudagraph_trees()
+    if serializes_captures(trees):
+        return
+    _serialization["users"] += 1
+    if _serialization["users"] > 1:
+        return
+    manager = trees.CUDAGraphTreeManager
+    for name in _SERIALIZED_METHODS:
+        _saved_methods[name] = manager.__dict__[name]
+        setattr(manager, name, _locked(_saved_methods[name]))
+
+
+def stop_serializing_captures() -> None:
+    trees = sys.modules.get(CUDAGRAPH_TREES)
+    if trees is None or serializes_captures(trees) or _serialization["users"] == 0:
+        return
+    _serialization["users"] -= 1
+    if _serialization["users"] == 0:
+        for name, method in _saved_methods.items():
+            setattr(trees.CUDAGraphTreeManager, name, method)
+        _saved_methods.clear()
+
+
+def cuda_visible() -> bool:
+    """Whether a CUDA device is visible; asks NVML first where torch can."""
+    torch = import_torch()
+    if not torch.cuda._is_compiled():
+        return False
+    return bool(torch.cuda.device_count() > 0)
+
+
+def cuda_version() -> str | None:
+    torch = sys.modules.get("torch")
+    return None if torch is None else getattr(torch.version, "cuda", None)
+
+
+# --- cudagraph settings -------------------------------------------------------------------------
+
+CUDAGRAPH_SWITCHES: Final = ("triton.cudagraphs", "triton.cudagraph_trees")
+
+
+def apply_cudagraph_settings(trees: bool) -> None:
+    """CUDA graphs on in the calling context (process-wide on torch <= 2.11)."""
+    config = import_config(INDUCTOR_CONFIG).module
+    setattr(config, CUDAGRAPH_SWITCHES[0], True)
+    setattr(config, CUDAGRAPH_SWITCHES[1], trees)
+
+
+def cudagraph_keys(config: ConfigAccess) -> list[str]:
+    """``triton.cudagraphs`` and every key whose name holds ``cudagraph``, nested ones too."""
+    keys = [key for key in config.all_keys() if "cudagraph" in key]
+    return sorted(set(keys) | {k for k in CUDAGRAPH_SWITCHES if config.has_key(k)})
+
+
+def cudagraph_settings_here() -> dict[str, Any]:
+    """The effective cudagraph settings as the calling thread sees them."""
+    config = loaded_config(INDUCTOR_CONFIG)
+    if config is None:
+        return {}
+    return {key: config.effective(key) for key in cudagraph_keys(config)}

@@ -122,18 +122,21 @@ def changes_between(before: Snapshot, after: Snapshot) -> list[Change]:
     return _effective_changes(_module_diffs(before, after)) + _env_changes(before, after)
 
 
-def restore(before: Snapshot) -> list[Change]:
+def restore(before: Snapshot, *, include_env: bool = True) -> list[Change]:
     """Puts the state of ``before`` back; returns what differed in effect."""
     after = Snapshot.take()
     diffs = _module_diffs(before, after)
-    changes = _effective_changes(diffs) + _env_changes(before, after)
+    changes = _effective_changes(diffs)
+    if include_env:
+        changes += _env_changes(before, after)
     touched: dict[str, ConfigAccess] = {}
     for diff in diffs:
         diff.config.write(diff.key, diff.before)
         touched[diff.config.name] = diff.config
     for cfg in touched.values():
         cfg.mark_dirty()
-    _restore_env(before, after)
+    if include_env:
+        _restore_env(before, after)
     return changes
 
 

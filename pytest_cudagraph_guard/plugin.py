@@ -10,12 +10,20 @@ from typing import Any
 
 import pytest
 
+from . import _torch, hookspecs
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
+from .markers import THREAD_MARKER, THREAD_MARKER_DOC, MarkerError, describe_error, thread_options
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 
 leak_guard_key = pytest.StashKey[LeakGuard]()
+thread_watch_key = pytest.StashKey[Any]()
+foreign_errors_key = pytest.StashKey[list[dict[str, Any]]]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,18 +47,49 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own threading.excepthook, which ours chains to
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", THREAD_MARKER_DOC)
     mode = _guard_mode(config)
     if mode != "off":
         guard = LeakGuard(mode)
         config.stash[leak_guard_key] = guard
         config.add_cleanup(guard.close)
+    from .thread_watch import ThreadExceptionWatch
+
+    watch = ThreadExceptionWatch(_diagnose_hook(config))
+    watch.install(config)
+    config.stash[thread_watch_key] = watch
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pycollect_makeitem(
+    collector: pytest.Module | pytest.Class, name: str, obj: object
+) -> Generator[None, Any, Any]:
+    result = yield
+    for item in result if isinstance(result, list) else [result]:
+        if isinstance(item, pytest.Function):
+            _check_markers(item)
+    return result
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     guard = session.config.stash.get(leak_guard_key, None)
     if guard is not None:
         guard.before_tests()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    mark = item.get_closest_marker(THREAD_MARKER)
+    if mark is None:
+        return
+    try:
+        _torch.import_torch()
+    except _torch.TorchNotInstalled:
+        pytest.skip("torch is not installed")
+    if mark.kwargs.get("require_cuda") is True and not _torch.cuda_visible():
+        pytest.skip("CUDA is not available")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -64,20 +103,38 @@ def pytest_fixture_setup(
         return (yield)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
+    if pyfuncitem.get_closest_marker(THREAD_MARKER) is None:
+        return (yield)
+    from .threads import call_in_threads
+
+    with call_in_threads(pyfuncitem, _diagnose_hook(pyfuncitem.config)):
+        return (yield)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(
     item: pytest.Item, nextitem: pytest.Item | None
 ) -> Generator[None, None, None]:
     guard = item.config.stash.get(leak_guard_key, None)
-    if guard is None:
-        return (yield)
     try:
         result = yield
     except BaseException:
-        guard.after_test(item, may_fail=False)
+        _after_test(item, guard, may_fail=False)
         raise
-    guard.after_test(item)
+    _after_test(item, guard, may_fail=True)
     return result
+
+
+def _after_test(item: pytest.Item, guard: LeakGuard | None, *, may_fail: bool) -> None:
+    watch = item.config.stash.get(thread_watch_key, None)
+    if watch is not None:
+        errors = watch.drain()
+        if errors:
+            item.stash[foreign_errors_key] = errors
+    if guard is not None:
+        guard.after_test(item, may_fail=may_fail)
 
 
 def _guard_mode(config: pytest.Config) -> str:
@@ -90,3 +147,21 @@ def _guard_mode(config: pytest.Config) -> str:
             f"ini option cudagraph_guard = {value!r} is not one of {', '.join(GUARD_MODES)}"
         )
     return value
+
+
+def _check_markers(item: pytest.Function) -> None:
+    mark = item.get_closest_marker(THREAD_MARKER)
+    if mark is None:
+        return
+    try:
+        thread_options(mark)
+    except MarkerError as error:
+        message = describe_error(item.nodeid, THREAD_MARKER, error)
+        raise pytest.Collector.CollectError(message) from None
+
+
+def _diagnose_hook(config: pytest.Config) -> Any:
+    def diagnose(exc: BaseException, thread_name: str) -> Any:
+        return config.hook.pytest_cudagraph_diagnose(exc=exc, thread_name=thread_name)
+
+    return diagnose

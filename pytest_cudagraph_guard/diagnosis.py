@@ -1,0 +1,215 @@
+"""Names and explains the thread, TLS and capture errors of CUDA graphs.
+
+Classification looks at the exception's type, the functions and files in its traceback and the
+CUDA error text, never at torch's version string alone; hints are worded for the installed torch.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final
+
+from . import _torch
+
+TLS_MISSING: Final = "tls-missing"
+CAPTURE_CONFLICT: Final = "capture-conflict"
+TLS_CORRUPT: Final = "tls-corrupt"
+CONFIG_DIVERGENCE: Final = "config-divergence"
+PROCESS_CRASH: Final = "process-crash"
+TIMEOUT: Final = "timeout"
+THREAD_ERROR: Final = "thread-error"
+
+FIXED_IN: Final = (2, 13)
+FIX_PR: Final = "pytorch PR #184357"
+
+# cudaErrorStreamCapture* and friends (libcudart), and torch's own capture messages.
+CAPTURE_MESSAGES: Final = (
+    "operation not permitted when stream is capturing",
+    "operation failed due to a previous error during capture",
+    "operation would result in a merge of separate capture sequences",
+    "capture was not ended in the same stream as it began",
+    "capturing stream has unjoined work",
+    "dependency created on uncaptured work in another stream",
+    "operation would make the legacy stream depend on a capturing blocking stream",
+    "operation not permitted on an event last recorded in a capturing stream",
+    "attempt to terminate a thread-local capture sequence from another thread",
+    "only one capture at a time is allowed in a process",
+    "capture must end on the same stream it began on",
+)
+TLS_MACHINERY_MESSAGES: Final = ("py_objects.obj_dict_.count(key)",)
+TREES_FILE: Final = ("_inductor/cudagraph_trees.py", "_inductor\\cudagraph_trees.py")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What kind of CUDA-graph problem an exception is, and what to do about it."""
+
+    kind: str
+    hint: str
+
+
+def diagnose(exc: BaseException, thread_name: str | None = None) -> Diagnosis | None:
+    """The kind and hint for ``exc``; ``thread-error`` for anything else outside the main thread.
+
+    ``thread_name`` is the thread it was raised in (None or the main thread's name: the main
+    thread). Returns None for an exception of the main thread that is no known kind.
+    """
+    for link in _chain(exc):
+        found = _builtin_diagnosis(link)
+        if found is not None:
+            return found
+    if thread_name is not None and thread_name != threading.main_thread().name:
+        return Diagnosis(
+            THREAD_ERROR,
+            f"raised in thread {thread_name!r}, outside the main thread; not a known "
+            "CUDA-graph thread problem",
+        )
+    return None
+
+
+def _builtin_diagnosis(exc: BaseException) -> Diagnosis | None:
+    if isinstance(exc, AssertionError) and _innermost_is(exc, "get_obj", TREES_FILE):
+        return Diagnosis(TLS_MISSING, tls_missing_hint())
+    text = str(exc).lower()
+    if isinstance(exc, (RuntimeError, SystemError)) and _mentions_tls_machinery(exc, text):
+        return Diagnosis(TLS_CORRUPT, tls_corrupt_hint())
+    if isinstance(exc, RuntimeError) and any(m in text for m in CAPTURE_MESSAGES):
+        return Diagnosis(CAPTURE_CONFLICT, capture_conflict_hint())
+    return None
+
+
+def _mentions_tls_machinery(exc: BaseException, text: str) -> bool:
+    if any(m.lower() in text for m in TLS_MACHINERY_MESSAGES):
+        return True
+    if isinstance(exc, SystemError) and "bad argument to internal function" in text:
+        line = _innermost_line(exc)
+        return "_in_tls" in line or _innermost_is(exc, None, TREES_FILE)
+    return False
+
+
+def _release() -> tuple[int, int]:
+    return _torch.release_tuple()
+
+
+def _torch_label() -> str:
+    version = _torch.torch_version()
+    return f"torch {version}" if version else "this torch"
+
+
+def tls_missing_hint() -> str:
+    if _release() >= FIXED_IN:
+        return (
+            "CUDAGraph Trees per-thread state is missing: torch >= 2.13 creates it lazily "
+            f"({FIX_PR}), so an older get_obj is in use here (a patched or vendored "
+            "cudagraph_trees); call pytest_cudagraph_guard.ensure_cudagraph_tls() first in this "
+            "thread"
+        )
+    return (
+        f"{_torch_label()} creates CUDAGraph Trees per-thread state only in the main thread and "
+        "autograd's threads: call pytest_cudagraph_guard.ensure_cudagraph_tls() first in this "
+        "thread (or mark the test cudagraph_thread(tls='init')), or upgrade to torch 2.13, "
+        f"which creates it lazily ({FIX_PR})"
+    )
+
+
+def capture_conflict_hint() -> str:
+    if _release() >= FIXED_IN:
+        return (
+            "CUDA graph capture overlapped with CUDA work in another thread; torch >= 2.13 "
+            "serializes warm-up and capture (graph_capture_lock) but not eager work, "
+            "synchronize() or replays in other threads: keep them off the device while one "
+            "thread captures"
+        )
+    return (
+        f"CUDA graph captures ran in several threads at once; {_torch_label()} does not "
+        "serialize warm-up and capture (torch 2.13 added graph_capture_lock): mark the test "
+        "cudagraph_thread(tls='init'), or warm up and capture each function from one thread "
+        "at a time"
+    )
+
+
+def tls_corrupt_hint() -> str:
+    return (
+        "torch's C++ thread-local objects for CUDAGraph Trees were missing or broken "
+        "(torch._C._get_obj_in_tls/_stash_obj_in_tls): create the state in the thread that "
+        "uses it, before its first compiled call (ensure_cudagraph_tls()), and never from an "
+        "autograd callback"
+    )
+
+
+def timeout_hint(timeout: float) -> str:
+    return (
+        f"still running after {timeout:g} s; a thread waiting on another thread's CUDA graph "
+        "capture or on the GIL holder hangs this way: see its stack"
+    )
+
+
+# --- records -----------------------------------------------------------------------------
+
+
+def error_record(
+    exc: BaseException,
+    thread_name: str,
+    diagnose_hook: Callable[[BaseException, str], Diagnosis | None] | None = None,
+) -> dict[str, Any]:
+    """A builtin-types description of an exception for reports: thread, type, message,
+    kind, hint and a short traceback."""
+    found = diagnose(exc, thread_name)
+    if (found is None or found.kind == THREAD_ERROR) and diagnose_hook is not None:
+        found = diagnose_hook(exc, thread_name) or found
+    return {
+        "thread": thread_name,
+        "type": _type_name(exc),
+        "message": str(exc),
+        "kind": found.kind if found else None,
+        "hint": found.hint if found else None,
+        "traceback": short_traceback(exc),
+    }
+
+
+def _type_name(exc: BaseException) -> str:
+    kind = type(exc)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+def short_traceback(exc: BaseException, limit: int = 8) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)[-limit:]
+    return "".join(traceback.format_list(frames)).rstrip()
+
+
+# --- traceback helpers ----------------------------------------------------------------------
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _innermost(exc: BaseException) -> TracebackType | None:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb
+
+
+def _innermost_is(exc: BaseException, function: str | None, files: tuple[str, ...]) -> bool:
+    tb = _innermost(exc)
+    if tb is None:
+        return False
+    code = tb.tb_frame.f_code
+    in_file = code.co_filename.endswith(files)
+    return in_file and (function is None or code.co_name == function)
+
+
+def _innermost_line(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return (frames[-1].line or "") if frames else ""

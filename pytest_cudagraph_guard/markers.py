@@ -1,0 +1,86 @@
+"""The plugin's markers: their documentation and the validation of their arguments."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final, NamedTuple
+
+import pytest
+
+THREAD_MARKER: Final = "cudagraph_thread"
+TLS_MODES: Final = ("native", "init")
+
+THREAD_MARKER_DOC: Final = (
+    f"{THREAD_MARKER}(threads=1, *, timeout=60.0, trees=True, tls='native', "
+    "require_cuda=False): run the test's call phase in `threads` fresh non-main threads "
+    "(cudagraph-thread-0, ...) released together, each in a copy of the main thread's context, "
+    "with triton.cudagraphs=True and triton.cudagraph_trees=`trees`. tls='init' readies "
+    "CUDAGraph Trees in each thread and, on torch < 2.13, serializes warm-up and capture as "
+    "torch 2.13 does; 'native' leaves torch as it is. Threads still running after `timeout` "
+    "seconds fail the test. require_cuda=True skips the test without a CUDA device."
+)
+
+
+class MarkerError(Exception):
+    """A marker argument that is not valid; the message names the marker and the argument."""
+
+
+class ThreadOptions(NamedTuple):
+    threads: int = 1
+    timeout: float = 60.0
+    trees: bool = True
+    tls: str = "native"
+    require_cuda: bool = False
+
+
+def thread_options(mark: pytest.Mark) -> ThreadOptions:
+    """The validated arguments of a ``cudagraph_thread`` marker."""
+    values = _bind(mark, ThreadOptions._fields, positional=("threads",))
+    options = ThreadOptions(**values)
+    _check_positive_int(options.threads, "threads")
+    _check_positive_number(options.timeout, "timeout")
+    _check_bool(options.trees, "trees")
+    _check_bool(options.require_cuda, "require_cuda")
+    if options.tls not in TLS_MODES:
+        raise MarkerError(f"argument 'tls' must be 'native' or 'init', got {options.tls!r}")
+    return options
+
+
+def describe_error(nodeid: str, marker: str, error: MarkerError) -> str:
+    return f"{nodeid}: @pytest.mark.{marker}: {error}"
+
+
+def _bind(mark: pytest.Mark, names: tuple[str, ...], positional: tuple[str, ...]) -> dict[str, Any]:
+    if len(mark.args) > len(positional):
+        raise MarkerError(
+            f"takes at most {len(positional)} positional argument(s) "
+            f"({', '.join(positional) or 'none'}), got {len(mark.args)}: {mark.args!r}"
+        )
+    values = dict(zip(positional[: len(mark.args)], mark.args, strict=True))
+    for key, value in mark.kwargs.items():
+        if key not in names:
+            raise MarkerError(f"unknown argument {key!r} (known: {', '.join(names)})")
+        if key in values:
+            raise MarkerError(f"argument {key!r} given twice")
+        values[key] = value
+    return values
+
+
+def _check_positive_int(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MarkerError(f"argument {name!r} must be a positive int, got {value!r}")
+
+
+def _check_positive_number(value: object, name: str) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise MarkerError(f"argument {name!r} must be a positive number, got {value!r}")
+
+
+def _check_bool(value: object, name: str) -> None:
+    if not isinstance(value, bool):
+        raise MarkerError(f"argument {name!r} must be True or False, got {value!r}")

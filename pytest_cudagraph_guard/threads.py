@@ -1,0 +1,237 @@
+"""``@pytest.mark.cudagraph_thread``: the test's call phase in fresh non-main threads."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from . import _torch, config_state
+from .diagnosis import THREAD_ERROR, TIMEOUT, Diagnosis, error_record, timeout_hint
+from .markers import THREAD_MARKER, MarkerError, ThreadOptions, describe_error, thread_options
+
+THREAD_NAME = "cudagraph-thread-{index}"
+
+DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
+
+
+class ThreadRunResult:
+    """What one marked call did, for the report: where it ran and each thread's error."""
+
+    def __init__(self, threads: int) -> None:
+        self.where = f"thread x {threads}"
+        self.errors: list[dict[str, Any]] = []
+        self.settings: dict[str, Any] | None = None
+
+
+run_result_key = pytest.StashKey[ThreadRunResult]()
+
+
+@contextmanager
+def call_in_threads(item: pytest.Function, diagnose_hook: DiagnoseHook) -> Iterator[None]:
+    """For the duration of the call phase, makes ``item.obj`` run in the marker's threads."""
+    mark = item.get_closest_marker(THREAD_MARKER)
+    assert mark is not None
+    try:
+        options = thread_options(mark)
+    except MarkerError as error:
+        pytest.fail(describe_error(item.nodeid, THREAD_MARKER, error), pytrace=False)
+    result = ThreadRunResult(options.threads)
+    item.stash[run_result_key] = result
+    original = item.obj
+    item.obj = _threaded(original, options, result, diagnose_hook)
+    try:
+        yield
+    finally:
+        item.obj = original
+
+
+def _threaded(
+    body: Callable[..., Any],
+    options: ThreadOptions,
+    result: ThreadRunResult,
+    diagnose_hook: DiagnoseHook,
+) -> Callable[..., Any]:
+    @functools.wraps(body)
+    def run(*args: Any, **kwargs: Any) -> None:
+        ThreadRun(functools.partial(body, *args, **kwargs), options, result, diagnose_hook).run()
+
+    return run
+
+
+class ThreadRun:
+    """Runs ``body`` once in each of ``options.threads`` threads and turns what they raised into
+    the test's outcome."""
+
+    def __init__(
+        self,
+        body: Callable[[], Any],
+        options: ThreadOptions,
+        result: ThreadRunResult,
+        diagnose_hook: DiagnoseHook,
+    ) -> None:
+        self.body = body
+        self.options = options
+        self.result = result
+        self.diagnose_hook = diagnose_hook
+        self.names = [THREAD_NAME.format(index=i) for i in range(options.threads)]
+        self.errors: dict[str, BaseException] = {}
+        self.barrier = threading.Barrier(options.threads)
+
+    def run(self) -> None:
+        _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
+        before = config_state.Snapshot.take()
+        if self.options.tls == "init":
+            _torch.start_serializing_captures()
+        try:
+            stuck = self._run_threads(self._context_with_cudagraphs())
+        finally:
+            if self.options.tls == "init":
+                _torch.stop_serializing_captures()
+            config_state.restore(before, include_env=False)
+        self._conclude(stuck)
+
+    def _context_with_cudagraphs(self) -> contextvars.Context:
+        context = contextvars.copy_context()
+        context.run(_torch.apply_cudagraph_settings, self.options.trees)
+        return context
+
+    def _run_threads(self, context: contextvars.Context) -> list[threading.Thread]:
+        threads = []
+        for index, name in enumerate(self.names):
+            thread = threading.Thread(
+                target=context.copy().run, args=(self._thread_main, index), name=name, daemon=True
+            )
+            try:
+                thread.start()
+            except BaseException as exc:
+                self.errors[name] = exc
+                self.barrier.abort()
+                break
+            threads.append(thread)
+        deadline = time.monotonic() + self.options.timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [thread for thread in threads if thread.is_alive()]
+
+    def _thread_main(self, index: int) -> None:
+        name = self.names[index]
+        try:
+            if self.options.tls == "init":
+                _torch.ensure_cudagraph_tls()
+            try:
+                self.barrier.wait(self.options.timeout)
+            except threading.BrokenBarrierError:
+                return
+            if index == 0:
+                self.result.settings = _torch.cudagraph_settings_here()
+            self.body()
+        except BaseException as exc:
+            self.errors[name] = exc
+        finally:
+            self._release(name)
+
+    def _release(self, name: str) -> None:
+        try:
+            _torch.release_cudagraph_tls()
+        except Exception as exc:
+            self.errors.setdefault(name, exc)
+
+    def _conclude(self, stuck: list[threading.Thread]) -> None:
+        for name in self.names:
+            if name in self.errors:
+                self.result.errors.append(error_record(self.errors[name], name, self.diagnose_hook))
+        if stuck:
+            self._fail_timeout(stuck)
+        failures = [
+            (name, self.errors[name])
+            for name in self.names
+            if name in self.errors
+            and not isinstance(self.errors[name], (pytest.skip.Exception, pytest.xfail.Exception))
+        ]
+        if failures:
+            _raise_failures(failures, self.result.errors, len(self.names))
+        for outcome in (pytest.xfail.Exception, pytest.skip.Exception):
+            for exc in self.errors.values():
+                if isinstance(exc, outcome):
+                    raise exc
+
+    def _fail_timeout(self, stuck: list[threading.Thread]) -> None:
+        timeout = self.options.timeout
+        frames = sys._current_frames()
+        lines = [
+            f"{THREAD_MARKER}: {len(stuck)} of {len(self.names)} threads still running "
+            f"after {timeout:g} s"
+        ]
+        for thread in stuck:
+            self.result.errors.append(_timeout_record(thread.name, timeout))
+            stack = _stack_of(frames.get(thread.ident or -1))
+            lines.append(f"\nThread {thread.name} (still running), most recent call last:")
+            lines.append(stack.rstrip())
+        for name, exc in self.errors.items():
+            lines.append(f"\nThread {name} raised {type(exc).__name__}: {exc}")
+        pytest.fail("\n".join(lines), pytrace=False)
+
+
+def _stack_of(frame: FrameType | None) -> str:
+    """The stack of a running thread, from the test's code on (not the thread machinery)."""
+    if frame is None:
+        return "  (no stack)"
+    entries = traceback.extract_stack(frame)
+    ours = (threading.__file__, __file__)
+    while entries and entries[0].filename in ours:
+        entries.pop(0)
+    return "".join(traceback.format_list(entries)).rstrip()
+
+
+def _timeout_record(thread_name: str, timeout: float) -> dict[str, Any]:
+    return {
+        "thread": thread_name,
+        "type": "Timeout",
+        "message": f"still running after {timeout:g} s",
+        "kind": TIMEOUT,
+        "hint": timeout_hint(timeout),
+        "traceback": "",
+    }
+
+
+def _raise_failures(
+    failures: list[tuple[str, BaseException]], records: list[dict[str, Any]], threads: int
+) -> None:
+    by_thread = {record["thread"]: record for record in records}
+    for name, exc in failures:
+        record = by_thread.get(name, {})
+        note = f"[{name}] raised this"
+        if record.get("kind") not in (None, THREAD_ERROR):
+            note += f"\n[{name}] kind: {record['kind']}\n[{name}] hint: {record['hint']}"
+        _add_note(exc, note)
+    if len(failures) == 1:
+        raise failures[0][1]
+    summary = f"{THREAD_MARKER}: {len(failures)} of {threads} threads failed"
+    group = _exception_group(summary, [exc for _, exc in failures])
+    raise group
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    notes = list(getattr(exc, "__notes__", []))
+    if note not in notes:
+        exc.__notes__ = [*notes, note]
+
+
+def _exception_group(message: str, errors: list[BaseException]) -> BaseException:
+    return _BaseExceptionGroup(message, errors)
+
+
+if sys.version_info >= (3, 11):
+    _BaseExceptionGroup = BaseExceptionGroup  # noqa: F821 (a builtin from 3.11)
+else:
+    from exceptiongroup import BaseExceptionGroup as _BaseExceptionGroup

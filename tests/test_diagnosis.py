@@ -1,0 +1,229 @@
+"""diagnose(), ensure_cudagraph_tls() and the pytest_cudagraph_diagnose hook, on real objects."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch._inductor.cudagraph_trees as cgt
+
+import pytest_cudagraph_guard as g
+
+from .legacy_torch import LEGACY_GET_OBJ
+
+# The messages torch raises for cudaErrorStreamCaptureUnsupported (900) and
+# cudaErrorStreamCaptureInvalidated (901), as seen on the H200 with torch 2.11.
+CAPTURE_UNSUPPORTED = (
+    "CUDA error: operation not permitted when stream is capturing\n"
+    "Search for `cudaErrorStreamCaptureUnsupported' in "
+    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information."
+    "\nCUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect."
+)
+CAPTURE_INVALIDATED = "CUDA error: operation failed due to a previous error during capture"
+
+
+def raised_in_thread(action: Callable[[], Any]) -> BaseException:
+    box: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:
+            box.append(exc)
+
+    thread = threading.Thread(target=run, name="drafter-1")
+    thread.start()
+    thread.join()
+    assert box, "the action did not raise"
+    return box[0]
+
+
+@pytest.fixture
+def legacy_get_obj() -> Iterator[None]:
+    saved = cgt.__dict__["get_obj"]
+    exec(compile(LEGACY_GET_OBJ, cgt.__file__, "exec"), cgt.__dict__)
+    yield
+    cgt.get_obj = saved
+
+
+@pytest.mark.parametrize("message", [CAPTURE_UNSUPPORTED, CAPTURE_INVALIDATED])
+@pytest.mark.parametrize("kind", [torch.AcceleratorError, RuntimeError])
+def test_capture_conflicts(kind: type[RuntimeError], message: str) -> None:
+    found = g.diagnose(kind(message), "drafter-1")
+    assert found is not None
+    assert found.kind == "capture-conflict"
+    assert "graph_capture_lock" in found.hint
+
+
+@pytest.mark.usefixtures("legacy_get_obj")
+def test_missing_thread_state_from_the_real_get_obj_frames() -> None:
+    exc = raised_in_thread(lambda: cgt.get_container(0))
+    assert type(exc) is AssertionError
+    assert str(exc) == ""
+    found = g.diagnose(exc, "drafter-1")
+    assert found == g.Diagnosis("tls-missing", found.hint)
+    assert "ensure_cudagraph_tls()" in found.hint
+    assert "#184357" in found.hint
+    assert "TORCHINDUCTOR_CUDAGRAPH_TREES" not in found.hint
+
+
+def test_a_bare_assertion_elsewhere_is_not_tls_missing() -> None:
+    def fails() -> None:
+        raise AssertionError
+
+    found = g.diagnose(raised_in_thread(fails), "drafter-1")
+    assert found is not None
+    assert found.kind == "thread-error"
+
+
+def test_broken_thread_local_objects() -> None:
+    exc = raised_in_thread(lambda: torch._C._get_obj_in_tls("tree_manager_containers"))
+    assert "py_objects.obj_dict_.count(key)" in str(exc)
+    found = g.diagnose(exc, "drafter-1")
+    assert found is not None
+    assert found.kind == "tls-corrupt"
+
+
+def test_causes_are_followed() -> None:
+    try:
+        try:
+            raise torch.AcceleratorError(CAPTURE_UNSUPPORTED)
+        except RuntimeError as inner:
+            raise ValueError("step failed") from inner
+    except ValueError as outer:
+        found = g.diagnose(outer)
+    assert found is not None
+    assert found.kind == "capture-conflict"
+
+
+def test_other_errors_are_thread_errors_outside_the_main_thread_only() -> None:
+    error = KeyError("missing")
+    found = g.diagnose(error, "drafter-1")
+    assert found is not None
+    assert found.kind == "thread-error"
+    assert "'drafter-1'" in found.hint
+    assert g.diagnose(error) is None
+    assert g.diagnose(error, threading.main_thread().name) is None
+
+
+@pytest.mark.usefixtures("legacy_get_obj")
+def test_ensure_cudagraph_tls_readies_a_fresh_thread_once() -> None:
+    results: list[object] = []
+
+    def drafter() -> None:
+        results.append(g.ensure_cudagraph_tls())
+        results.append(g.ensure_cudagraph_tls())
+        results.append(cgt.get_container(0).device_index)
+
+    thread = threading.Thread(target=drafter)
+    thread.start()
+    thread.join()
+    assert results == [True, False, 0]
+    assert g.ensure_cudagraph_tls() is False  # the main thread has it from the import
+
+
+def test_ensure_cudagraph_tls_when_trees_are_first_imported_in_a_worker() -> None:
+    script = textwrap.dedent(
+        """
+        import sys, threading
+        import torch
+        import pytest_cudagraph_guard as g
+
+        assert "torch._inductor.cudagraph_trees" not in sys.modules
+        results = []
+
+        def drafter():
+            results.append(g.ensure_cudagraph_tls())
+            import torch._inductor.cudagraph_trees as cgt
+            results.append(cgt.get_container(0).device_index)
+
+        thread = threading.Thread(target=drafter)
+        thread.start()
+        thread.join()
+        import torch._inductor.cudagraph_trees as cgt
+        print(results, cgt.get_container(0).device_index)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[False, 0] 0"
+
+
+def test_plugins_can_name_other_errors(ourtester: pytest.Pytester) -> None:
+    ourtester.makeconftest(
+        """
+        import pytest_cudagraph_guard as g
+
+        def pytest_cudagraph_diagnose(exc, thread_name):
+            if isinstance(exc, MemoryError):
+                return g.Diagnosis("host-oom", f"{thread_name} ran out of host memory")
+        """
+    )
+    ourtester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cudagraph_thread(threads=1)
+        def test_oom():
+            raise MemoryError("pinned buffer")
+        """
+    )
+    result = ourtester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*[[]cudagraph-thread-0] kind: host-oom",
+            "*[[]cudagraph-thread-0] hint: cudagraph-thread-0 ran out of host memory",
+        ]
+    )
+
+
+def test_errors_of_the_tests_own_threads_are_recorded_and_pytest_still_warns(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makeconftest(
+        """
+        import pytest
+        from pytest_cudagraph_guard.plugin import foreign_errors_key
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(item, call):
+            report = yield
+            if call.when == "teardown":
+                for error in item.stash.get(foreign_errors_key, []):
+                    print("RECORDED", error["thread"], error["type"], error["kind"])
+            return report
+        """
+    )
+    ourtester.makepyfile(
+        """
+        import threading
+        import torch
+
+        def test_own_thread():
+            def drafter():
+                raise torch.AcceleratorError(
+                    "CUDA error: operation failed due to a previous error during capture"
+                )
+            thread = threading.Thread(target=drafter, name="drafter-0")
+            thread.start()
+            thread.join()
+        """
+    )
+    result = ourtester.runpytest("-s")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*RECORDED drafter-0 torch.AcceleratorError capture-conflict",
+            "*PytestUnhandledThreadExceptionWarning*drafter-0*",
+        ]
+    )
