@@ -432,8 +432,34 @@ def reset_compiled_state() -> None:
 
 
 def import_cudagraph_trees() -> ModuleType:
+    """``torch._inductor.cudagraph_trees``. Its module-level code gives the importing thread the
+    per-thread state; where that is not the main thread and this torch is older than 2.13, the
+    main thread is given its state the first time it needs it, as 2.13 would."""
     import_torch()
-    return importlib.import_module(CUDAGRAPH_TREES)
+    first_import = CUDAGRAPH_TREES not in sys.modules
+    trees = importlib.import_module(CUDAGRAPH_TREES)
+    in_worker = threading.current_thread() is not threading.main_thread()
+    if first_import and in_worker and not creates_thread_state_lazily(trees):
+        _give_main_thread_its_state_lazily(trees)
+    return trees
+
+
+def _give_main_thread_its_state_lazily(trees: ModuleType) -> None:
+    original_get_obj = trees.get_obj
+    main = threading.main_thread()
+    tls = sys.modules["torch"]._C
+
+    def get_obj(local: Any, attr_name: str) -> Any:
+        if (
+            threading.current_thread() is main
+            and not hasattr(local, attr_name)
+            and not tls._is_key_in_tls(attr_name)
+        ):
+            ensure_cudagraph_tls()
+        return original_get_obj(local, attr_name)
+
+    get_obj.__wrapped__ = original_get_obj  # type: ignore[attr-defined]
+    trees.__dict__["get_obj"] = get_obj
 
 
 def creates_thread_state_lazily(trees: ModuleType) -> bool:
@@ -471,12 +497,26 @@ def ensure_cudagraph_tls() -> bool:
     return created
 
 
+_release_lock = threading.Lock()
+
+
 def release_cudagraph_tls() -> None:
-    """Frees the calling thread's tree managers (and, on 2.13+, its stashed state)."""
+    """Frees the calling thread's tree managers (and, on 2.13+, its stashed state).
+
+    ``reset_cudagraph_trees`` ends by turning torch's process-wide cached-tensor switch off, as
+    if no tree manager were left, and the shutdown of another thread's manager then fails its
+    internal assert; so releases take turns and leave the switch on for the managers of other
+    threads.
+    """
     trees = sys.modules.get(CUDAGRAPH_TREES)
     if trees is None or not has_cudagraph_tls():
         return
-    trees.reset_cudagraph_trees()
+    with _release_lock:
+        trees._set_cached_tensors_enabled(True)
+        try:
+            trees.reset_cudagraph_trees()
+        finally:
+            trees._set_cached_tensors_enabled(True)
     remove = getattr(sys.modules["torch"]._C, "_remove_obj_from_tls", None)
     if remove is not None:
         for key in TLS_KEYS:

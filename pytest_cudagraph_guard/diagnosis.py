@@ -40,6 +40,7 @@ CAPTURE_MESSAGES: Final = (
     "only one capture at a time is allowed in a process",
     "capture must end on the same stream it began on",
 )
+NESTED_FX_TRACE: Final = "symbolically trace a dynamo-optimized function"
 TLS_MACHINERY_MESSAGES: Final = ("py_objects.obj_dict_.count(key)",)
 TREES_FILE: Final = ("_inductor/cudagraph_trees.py", "_inductor\\cudagraph_trees.py")
 
@@ -63,11 +64,7 @@ def diagnose(exc: BaseException, thread_name: str | None = None) -> Diagnosis | 
         if found is not None:
             return found
     if thread_name is not None and thread_name != threading.main_thread().name:
-        return Diagnosis(
-            THREAD_ERROR,
-            f"raised in thread {thread_name!r}, outside the main thread; not a known "
-            "CUDA-graph thread problem",
-        )
+        return Diagnosis(THREAD_ERROR, thread_error_hint(exc, thread_name))
     return None
 
 
@@ -138,6 +135,20 @@ def tls_corrupt_hint() -> str:
         "(torch._C._get_obj_in_tls/_stash_obj_in_tls): create the state in the thread that "
         "uses it, before its first compiled call (ensure_cudagraph_tls()), and never from an "
         "autograd callback"
+    )
+
+
+def thread_error_hint(exc: BaseException, thread_name: str) -> str:
+    if NESTED_FX_TRACE in str(exc):
+        return (
+            f"raised in thread {thread_name!r}: torch's FX-tracing flag is process-wide, so a "
+            "compiled function called while another thread compiles is taken for nested "
+            "tracing; compile each function once before the threads run it, or compile in "
+            "one thread at a time"
+        )
+    return (
+        f"raised in thread {thread_name!r}, outside the main thread; not a known CUDA-graph "
+        "thread problem"
     )
 
 

@@ -20,6 +20,7 @@ from .diagnosis import THREAD_ERROR, TIMEOUT, Diagnosis, error_record, timeout_h
 from .markers import THREAD_MARKER, MarkerError, ThreadOptions, describe_error, thread_options
 
 THREAD_NAME = "cudagraph-thread-{index}"
+RELEASE_GRACE_S = 30.0
 
 DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
 
@@ -86,6 +87,8 @@ class ThreadRun:
         self.names = [THREAD_NAME.format(index=i) for i in range(options.threads)]
         self.errors: dict[str, BaseException] = {}
         self.barrier = threading.Barrier(options.threads)
+        self.finished = threading.Barrier(options.threads)
+        self.bodies_done: set[str] = set()
 
     def run(self) -> None:
         _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
@@ -116,12 +119,19 @@ class ThreadRun:
             except BaseException as exc:
                 self.errors[name] = exc
                 self.barrier.abort()
+                self.finished.abort()
                 break
             threads.append(thread)
         deadline = time.monotonic() + self.options.timeout
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        return [thread for thread in threads if thread.is_alive()]
+        stuck = [t for t in threads if t.is_alive() and t.name not in self.bodies_done]
+        if stuck:
+            self.finished.abort()  # the others leave without releasing their state
+        for thread in threads:
+            if thread not in stuck:
+                thread.join(RELEASE_GRACE_S)
+        return stuck
 
     def _thread_main(self, index: int) -> None:
         name = self.names[index]
@@ -138,9 +148,16 @@ class ThreadRun:
         except BaseException as exc:
             self.errors[name] = exc
         finally:
+            self.bodies_done.add(name)
             self._release(name)
 
     def _release(self, name: str) -> None:
+        """Frees this thread's tree managers once every thread is done with the device:
+        resetting them turns torch's process-wide cached-tensor switch off."""
+        try:
+            self.finished.wait(self.options.timeout)
+        except threading.BrokenBarrierError:
+            return
         try:
             _torch.release_cudagraph_tls()
         except Exception as exc:

@@ -1,0 +1,98 @@
+"""cudagraph_thread on a real GPU: torch.compile(mode="reduce-overhead") in fresh threads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ..conftest import QUIET_INI
+from .drafters import drafter_suite
+
+BEFORE_2_13 = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13)
+
+
+@pytest.fixture
+def gpu_tester(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeini(QUIET_INI)
+    return pytester
+
+
+@pytest.mark.skipif(not BEFORE_2_13, reason="torch >= 2.13 creates the thread state itself")
+def test_native_threads_fail_with_tls_missing_and_its_hint(gpu_tester: pytest.Pytester) -> None:
+    gpu_tester.makepyfile(drafter_suite(threads=2, tls="native"))
+    result = gpu_tester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*in get_obj*",
+            "*AssertionError*",
+            "*[[]cudagraph-thread-0] kind: tls-missing",
+            "*[[]cudagraph-thread-0] hint: torch 2.* creates CUDAGraph Trees per-thread state*",
+        ]
+    )
+
+
+def test_tls_init_thread_passes(gpu_tester: pytest.Pytester) -> None:
+    gpu_tester.makepyfile(drafter_suite(threads=1, tls="init"))
+    gpu_tester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("run", range(5))
+def test_eight_drafter_threads_capture_at_once_with_tls_init(
+    gpu_tester: pytest.Pytester, run: int
+) -> None:
+    gpu_tester.makepyfile(drafter_suite(threads=8, tls="init"))
+    result = gpu_tester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_trees_off_in_eight_native_threads(gpu_tester: pytest.Pytester) -> None:
+    """What trees=False does on this torch: the session must end, each error named."""
+    gpu_tester.makepyfile(drafter_suite(threads=8, tls="native", trees=False))
+    result = gpu_tester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
+    outcomes = result.parseoutcomes()
+    print("trees=False, tls=native, 8 threads:", outcomes)
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1
+
+
+def test_capture_errors_without_serialization_are_all_classified(
+    gpu_tester: pytest.Pytester,
+) -> None:
+    """TLS readied by hand but captures not serialized (FACTS.md: about half the threads fail
+    on torch 2.11): whatever fails must be named, never left as a plain thread error."""
+    suite = drafter_suite(threads=8, tls="native").replace(
+        "def drafter_step():\n",
+        "def drafter_step():\n    import pytest_cudagraph_guard as g\n"
+        "    g.ensure_cudagraph_tls()\n",
+    )
+    gpu_tester.makepyfile(suite)
+    result = gpu_tester.runpytest_subprocess("-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    print("tls by hand, no serialization, 8 threads:", outcomes)
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1
+    if "cudaErrorStreamCapture" in result.stdout.str():
+        result.stdout.fnmatch_lines(["*kind: capture-conflict*"])
+
+
+def test_cudagraphs_fixture_records_and_replays_then_resets(gpu_tester: pytest.Pytester) -> None:
+    gpu_tester.makepyfile(
+        """
+        import torch
+        import torch._inductor.cudagraph_trees as cgt
+        import torch._inductor.config as ic
+
+        def test_compiled(cudagraphs):
+            step = torch.compile(lambda x: torch.sin(x) * 2 + torch.cos(x))
+            x = torch.randn(1024, device="cuda")
+            for _ in range(3):
+                out = step(x)
+            torch.testing.assert_close(out, torch.sin(x) * 2 + torch.cos(x))
+            manager = cgt.get_container(0).tree_manager
+            assert manager is not None and len(manager.roots) >= 1
+
+        def test_after():
+            assert ic.triton.cudagraphs is False
+            assert cgt.get_container(0).tree_manager is None
+        """
+    )
+    gpu_tester.runpytest("--cudagraph-guard=fail").assert_outcomes(passed=2)
