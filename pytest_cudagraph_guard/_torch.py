@@ -15,6 +15,7 @@ Config layouts, by release (see ``torch/utils/_config_module.py``):
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -523,46 +524,81 @@ def release_cudagraph_tls() -> None:
             remove(key)
 
 
+# What ``tls="init"`` adds for the duration of a run, reference-counted: on torch < 2.13 one
+# process-wide lock around tree-manager creation, warm-up and capture, where 2.13 takes
+# ``graph_capture_lock``; and, on every release, dynamo's "FX-traces a compiled function" check
+# made per thread. That check reads ``torch.fx``'s tracing flag, which is process-wide: while one
+# thread traces (AOT autograd, during its compile), a compiled call in any other thread raises
+# "Detected that you are using FX to symbolically trace a dynamo-optimized function". Functions
+# that ``torch.compile`` wrapped before the run keep the check they captured then.
+
 _capture_lock = threading.RLock()
-_serialization = {"users": 0}
+_readiness_users = [0]
 _SERIALIZED_METHODS: Final = ("__init__", "run_eager", "record_function")
-_saved_methods: dict[str, Any] = {}
+_saved: list[tuple[object, str, Any, Any]] = []
 
 
 def _locked(method: Any) -> Any:
+    @functools.wraps(method)
     def serialized(*args: Any, **kwargs: Any) -> Any:
         with _capture_lock:
             return method(*args, **kwargs)
 
-    serialized.__wrapped__ = method  # type: ignore[attr-defined]
-    serialized.__name__ = getattr(method, "__name__", "serialized")
     return serialized
 
 
-def start_serializing_captures() -> None:
-    """On torch < 2.13, one process-wide lock around tree-manager creation, warm-up and capture,
-    where 2.13 takes ``graph_capture_lock``. Reference-counted; a no-op on 2.13+."""
+def _per_thread(is_fx_symbolic_tracing: Any, trace_code: Any) -> Any:
+    """The check, true only where the calling thread itself is inside ``Tracer.trace``."""
+
+    @functools.wraps(is_fx_symbolic_tracing)
+    def in_this_thread() -> bool:
+        if not is_fx_symbolic_tracing():
+            return False
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is trace_code:
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
+
+    return in_this_thread
+
+
+def _patch(owner: object, name: str, replacement: Any) -> None:
+    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    _saved.append((owner, name, original, replacement))
+    setattr(owner, name, replacement)
+
+
+def start_thread_readiness() -> None:
+    """Applies what ``tls="init"`` adds to torch (see above); a no-op for nested users."""
     trees = import_cudagraph_trees()
-    if serializes_captures(trees):
+    _readiness_users[0] += 1
+    if _readiness_users[0] > 1:
         return
-    _serialization["users"] += 1
-    if _serialization["users"] > 1:
-        return
-    manager = trees.CUDAGraphTreeManager
-    for name in _SERIALIZED_METHODS:
-        _saved_methods[name] = manager.__dict__[name]
-        setattr(manager, name, _locked(_saved_methods[name]))
+    if not serializes_captures(trees):
+        manager = trees.CUDAGraphTreeManager
+        for name in _SERIALIZED_METHODS:
+            _patch(manager, name, _locked(manager.__dict__[name]))
+    tracing = importlib.import_module("torch.fx._symbolic_trace")
+    check = getattr(tracing, "is_fx_symbolic_tracing", None)
+    if check is not None:
+        import inspect
+
+        trace_code = inspect.unwrap(tracing.Tracer.trace).__code__
+        _patch(tracing, "is_fx_symbolic_tracing", _per_thread(check, trace_code))
 
 
-def stop_serializing_captures() -> None:
-    trees = sys.modules.get(CUDAGRAPH_TREES)
-    if trees is None or serializes_captures(trees) or _serialization["users"] == 0:
+def stop_thread_readiness() -> None:
+    if _readiness_users[0] == 0:
         return
-    _serialization["users"] -= 1
-    if _serialization["users"] == 0:
-        for name, method in _saved_methods.items():
-            setattr(trees.CUDAGraphTreeManager, name, method)
-        _saved_methods.clear()
+    _readiness_users[0] -= 1
+    if _readiness_users[0] == 0:
+        while _saved:
+            owner, name, original, replacement = _saved.pop()
+            current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
+            if current is replacement:  # unless someone has replaced it since
+                setattr(owner, name, original)
 
 
 def cuda_visible() -> bool:

@@ -94,12 +94,12 @@ class ThreadRun:
         _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
         before = config_state.Snapshot.take()
         if self.options.tls == "init":
-            _torch.start_serializing_captures()
+            _torch.start_thread_readiness()
         try:
             stuck = self._run_threads(self._context_with_cudagraphs())
         finally:
             if self.options.tls == "init":
-                _torch.stop_serializing_captures()
+                _torch.stop_thread_readiness()
             config_state.restore(before, include_env=False)
         self._conclude(stuck)
 

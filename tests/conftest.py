@@ -10,6 +10,10 @@ import torch._inductor.config
 import torch._inductor.cudagraph_trees
 import torch._inductor.runtime.cache_dir_utils  # noqa: F401
 
+# Compiling once loads the rest of dynamo's modules (backend registries among them).
+torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
+torch._dynamo.reset()
+
 # torch's CPU build warns at import when numpy is missing; that is not what these tests count.
 QUIET_INI = "[pytest]\nfilterwarnings = ignore:Failed to initialize NumPy:UserWarning\n"
 

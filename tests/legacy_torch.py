@@ -25,9 +25,10 @@ LEGACY_GET_OBJ = {LEGACY_GET_OBJ!r}
 
 @pytest.fixture(autouse=True)
 def torch_before_2_13():
-    saved = {{name: cgt.__dict__[name] for name in ("get_obj", "graph_capture_lock")}}
+    saved = {{name: cgt.__dict__[name] for name in ("get_obj", "graph_capture_lock")
+             if name in cgt.__dict__}}
     exec(compile(LEGACY_GET_OBJ, cgt.__file__, "exec"), cgt.__dict__)
-    del cgt.graph_capture_lock
+    cgt.__dict__.pop("graph_capture_lock", None)
     yield
     cgt.__dict__.update(saved)
 """

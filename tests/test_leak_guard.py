@@ -164,6 +164,10 @@ def test_every_kind_of_leak_is_seen_and_restored(
         """
     )
     result = ourtester.runpytest()
+    if body.startswith("monkeypatch") and pytest.version_tuple < (9, 2):
+        # before pytest 9.2 the undo assigns the old value back: no change is left
+        result.assert_outcomes(passed=2)
+        return
     result.assert_outcomes(passed=2, warnings=1)
     result.stdout.fnmatch_lines([f"*{shown}"])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from .legacy_torch import CONFTEST as LEGACY_CONFTEST
 
@@ -333,6 +334,7 @@ def test_the_marker_is_documented(ourtester: pytest.Pytester) -> None:
     )
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible here")
 def test_require_cuda_skips_without_a_device(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(
         """
@@ -449,8 +451,56 @@ def peak_captures(monkeypatch):
             assert RESULTS["init"] == 1
             assert RESULTS["native"] > 1
             for name in ("__init__", "run_eager", "record_function"):
-                method = getattr(cgt.CUDAGraphTreeManager, name)
-                assert method.__qualname__ == f"CUDAGraphTreeManager.{name}"
+                assert not hasattr(getattr(cgt.CUDAGraphTreeManager, name), "__wrapped__")
         """
     )
     ourtester.runpytest("-p", "no:randomly").assert_outcomes(passed=3)
+
+
+FX_RACE_SUITE = """
+import threading
+import time
+import pytest
+import torch
+import torch.fx
+
+TRACING = threading.Event()
+ORIGINAL = torch.fx._symbolic_trace.is_fx_symbolic_tracing
+
+
+def slow_model(x):
+    TRACING.set()
+    time.sleep(0.5)  # another thread's compiled call lands while this one traces
+    return x + 1
+
+
+@pytest.mark.cudagraph_thread(threads=2, tls="{tls}")
+def test_compile_while_another_thread_traces():
+    if threading.current_thread().name == "cudagraph-thread-0":
+        torch.fx.symbolic_trace(slow_model)
+    else:
+        step = torch.compile(lambda x: x * 2, backend="eager")
+        assert TRACING.wait(10)
+        assert torch.equal(step(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_check_is_whole_again():
+    import torch.fx._symbolic_trace as tracing
+    assert tracing.is_fx_symbolic_tracing is ORIGINAL
+"""
+
+
+def test_tls_init_keeps_one_threads_fx_tracing_from_failing_anothers_compiled_call(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makepyfile(FX_RACE_SUITE.format(tls="native"))
+    native = ourtester.runpytest()
+    native.assert_outcomes(failed=1, passed=1)
+    native.stdout.fnmatch_lines(
+        [
+            "*RuntimeError: Detected that you are using FX to symbolically trace*",
+            "*[[]cudagraph-thread-1] raised this",
+        ]
+    )
+    ourtester.makepyfile(FX_RACE_SUITE.format(tls="init"))
+    ourtester.runpytest().assert_outcomes(passed=2)

@@ -96,3 +96,17 @@ def test_cudagraphs_fixture_records_and_replays_then_resets(gpu_tester: pytest.P
         """
     )
     gpu_tester.runpytest("--cudagraph-guard=fail").assert_outcomes(passed=2)
+
+
+def test_require_cuda_runs_where_a_device_is_visible(gpu_tester: pytest.Pytester) -> None:
+    gpu_tester.makepyfile(
+        """
+        import pytest
+        import torch
+
+        @pytest.mark.cudagraph_thread(require_cuda=True)
+        def test_needs_gpu():
+            assert torch.ones(1, device="cuda").item() == 1.0
+        """
+    )
+    gpu_tester.runpytest().assert_outcomes(passed=1)
