@@ -8,7 +8,7 @@ import torch
 import torch._dynamo
 import torch._inductor.config
 import torch._inductor.cudagraph_trees
-import torch._inductor.runtime.cache_dir_utils  # noqa: F401
+import torch._inductor.runtime.cache_dir_utils
 
 # Compiling once loads the rest of dynamo's modules (backend registries among them).
 torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
