@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TRIVIAL_TEST = "def test_{i}():\n    pass\n"
+THREAD_TEST = "@pytest.mark.cudagraph_thread\ndef test_{i}():\n    pass\n"
+THREAD_CONFTEST = "import torch._inductor.config\nimport torch._inductor.cudagraph_trees\n"
 TORCH_CONFTEST = "import torch\nimport torch._inductor.config\n"
 NO_TORCH_CONFTEST = """
 import sys
@@ -33,49 +35,62 @@ def pytest_unconfigure(config):
 """
 
 
-@dataclass
+@dataclass(frozen=True)
 class Case:
     name: str
-    target: float
+    what: str
     conftest: str
     test_template: str
     command_a: list[str]
     command_b: list[str]
-    what: str
+    target: float | None = None  # on the ratio A/B
+    per_test_ms_target: float | None = None  # on (A - B) / tests
+    test_template_b: str | None = None
 
 
 def cases() -> dict[str, Case]:
     plain = ["-p", "no:cacheprovider", "-q"]
+    plugin_off = [*plain, "-p", "no:cudagraph_guard"]
     return {
         "guard": Case(
-            "guard",
-            1.02,
-            TORCH_CONFTEST,
-            TRIVIAL_TEST,
-            plain,
-            [*plain, "-p", "no:cudagraph_guard"],
-            "conftest imports torch; plugin on (default --cudagraph-guard=warn) / plugin off",
+            name="guard",
+            what="conftest imports torch; plugin on (default --cudagraph-guard=warn) / off",
+            conftest=TORCH_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=plain,
+            command_b=plugin_off,
+            target=1.02,
         ),
         "startup": Case(
-            "startup",
-            1.02,
-            NO_TORCH_CONFTEST,
-            TRIVIAL_TEST,
-            plain,
-            [*plain, "-p", "no:cudagraph_guard"],
-            "torch-free suite (torch never imported); plugin on / plugin off",
+            name="startup",
+            what="torch-free suite (torch never imported); plugin on / plugin off",
+            conftest=NO_TORCH_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=plain,
+            command_b=plugin_off,
+            target=1.02,
+        ),
+        "thread": Case(
+            name="thread",
+            what="@cudagraph_thread tests / the same tests unmarked (both import the trees)",
+            conftest=THREAD_CONFTEST,
+            test_template=THREAD_TEST,
+            test_template_b=TRIVIAL_TEST,
+            command_a=plain,
+            command_b=plain,
+            per_test_ms_target=0.5,
         ),
     }
 
 
-def write_suite(root: Path, case: Case, tests: int) -> None:
+def write_suite(root: Path, case: Case, tests: int, template: str) -> None:
     root.mkdir(parents=True, exist_ok=True)
     (root / "conftest.py").write_text(case.conftest)
     (root / "pytest.ini").write_text("[pytest]\n")
     per_file = 100
     for start in range(0, tests, per_file):
-        body = "".join(
-            case.test_template.format(i=i) for i in range(start, min(tests, start + per_file))
+        body = "import pytest\n\n" + "".join(
+            template.format(i=i) for i in range(start, min(tests, start + per_file))
         )
         (root / f"test_bench_{start // per_file}.py").write_text(body)
 
@@ -101,18 +116,27 @@ def timed(command: list[str], cwd: Path) -> float:
 
 def measure(case: Case, tests: int, pairs: int, log: Callable[[str], None]) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix=f"cgg-bench-{case.name}-") as tmp:
-        root = Path(tmp)
-        write_suite(root, case, tests)
-        timed(case.command_a, root)  # warm the file system and bytecode caches
+        root_a, root_b = Path(tmp) / "a", Path(tmp) / "b"
+        write_suite(root_a, case, tests, case.test_template)
+        write_suite(root_b, case, tests, case.test_template_b or case.test_template)
+        timed(case.command_a, root_a)  # warm the file system and bytecode caches
+        timed(case.command_b, root_b)
         times_a, times_b = [], []
         for _ in range(pairs):
-            times_a.append(timed(case.command_a, root))
-            times_b.append(timed(case.command_b, root))
+            times_a.append(timed(case.command_a, root_a))
+            times_b.append(timed(case.command_b, root_b))
     ratios = [a / b for a, b in zip(times_a, times_b, strict=True)]
     ratio = statistics.median(ratios)
-    verdict = "ok" if ratio <= case.target else "OVER TARGET"
+    per_test_ms = statistics.median(a - b for a, b in zip(times_a, times_b, strict=True))
+    per_test_ms *= 1000 / tests
+    if case.per_test_ms_target is not None:
+        verdict = "ok" if per_test_ms <= case.per_test_ms_target else "OVER TARGET"
+        goal = f"{per_test_ms:.3f} ms per test, target <= {case.per_test_ms_target} ms"
+    else:
+        verdict = "ok" if case.target is None or ratio <= case.target else "OVER TARGET"
+        goal = f"target <= {case.target}"
     log(
-        f"{case.name:8} {ratio:6.3f}  (target <= {case.target}, {verdict}; "
+        f"{case.name:8} {ratio:6.3f}  ({goal}, {verdict}; "
         f"A median {statistics.median(times_a):.2f} s, B median {statistics.median(times_b):.2f} s)"
     )
     return {
@@ -121,7 +145,9 @@ def measure(case: Case, tests: int, pairs: int, log: Callable[[str], None]) -> d
         "tests": tests,
         "pairs": pairs,
         "ratio": round(ratio, 4),
-        "target": case.target,
+        "per_test_ms": round(per_test_ms, 4),
+        "ratio_target": case.target,
+        "per_test_ms_target": case.per_test_ms_target,
         "seconds_a": [round(t, 3) for t in times_a],
         "seconds_b": [round(t, 3) for t in times_b],
     }

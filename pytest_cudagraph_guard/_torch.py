@@ -20,7 +20,7 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from operator import attrgetter
 from types import ModuleType
@@ -29,6 +29,7 @@ from typing import Any, Final, NamedTuple
 INDUCTOR_CONFIG: Final = "torch._inductor.config"
 DYNAMO_CONFIG: Final = "torch._dynamo.config"
 GUARDED_CONFIG_MODULES: Final = (INDUCTOR_CONFIG, DYNAMO_CONFIG)
+CUDAGRAPH_SWITCHES: Final = ("triton.cudagraphs", "triton.cudagraph_trees")
 
 _IMMUTABLE_TYPES: Final = (int, float, bool, type(None), str, tuple, bytes, frozenset)
 
@@ -107,7 +108,7 @@ def is_mutable(value: object) -> bool:
 
 
 def copy_value(value: object) -> Any:
-    if not is_mutable(value):
+    if value is UNSET or not is_mutable(value):
         return value
     import copy
 
@@ -151,6 +152,7 @@ class ConfigAccess:
         self.layout = _layout_of(module)
         self._torch_unset: object = _torch_unset_sentinel(module, self.layout)
         self._pristine_keys = tuple(self._config)
+        self._cudagraph_keys: list[str] | None = None
         self._alias_keys = frozenset(
             key for key, entry in self._config.items() if getattr(entry, "alias", None)
         )
@@ -255,6 +257,28 @@ class ConfigAccess:
         if self.layout == "plain":
             return list(self.module.__dict__.get("_default", {}).values())
         return list(map(_DEFAULT_OF, self._config.values()))
+
+    def raw_reader(self, key: str) -> Callable[[], tuple[Any, Any]]:
+        """A cheap reader of ``key``'s (override, default) as torch stores them, for hot paths."""
+        if self.layout == "plain":
+            values, defaults = self._config, self.module.__dict__.get("_default", {})
+            return lambda: (values.get(key), defaults.get(key))
+        entry, unset = self._config[key], self._torch_unset
+        if self.layout == "ctxvar":
+            var = entry.user_override
+            return lambda: (UNSET if (value := var.get()) is unset else value, entry.default)
+        return lambda: (
+            UNSET if (value := entry.user_override) is unset else value,
+            entry.default,
+        )
+
+    def cudagraph_keys(self) -> list[str]:
+        """``triton.cudagraphs`` and every key whose name holds ``cudagraph``, nested ones too."""
+        if self._cudagraph_keys is None:
+            keys = {key for key in self.all_keys() if "cudagraph" in key}
+            keys |= {key for key in CUDAGRAPH_SWITCHES if self.has_key(key)}
+            self._cudagraph_keys = sorted(keys)
+        return self._cudagraph_keys
 
     def mutable_keys(self, snapshot: dict[str, RawEntry]) -> list[str]:
         return [
@@ -616,20 +640,20 @@ def cuda_version() -> str | None:
 
 # --- cudagraph settings -------------------------------------------------------------------------
 
-CUDAGRAPH_SWITCHES: Final = ("triton.cudagraphs", "triton.cudagraph_trees")
-
 
 def apply_cudagraph_settings(trees: bool) -> None:
-    """CUDA graphs on in the calling context (process-wide on torch <= 2.11)."""
-    config = import_config(INDUCTOR_CONFIG).module
-    setattr(config, CUDAGRAPH_SWITCHES[0], True)
-    setattr(config, CUDAGRAPH_SWITCHES[1], trees)
+    """CUDA graphs on in the calling context (process-wide on torch <= 2.11, where the caller
+    restores them). Written beneath the module's attribute protocol, as a restore is, so that
+    the leak guard's change counter only counts what tests do."""
+    config = import_config(INDUCTOR_CONFIG)
+    for key, value in zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True):
+        config.write(key, RawEntry(value, config.raw(key).default, False))
+    config.mark_dirty()
 
 
-def cudagraph_keys(config: ConfigAccess) -> list[str]:
-    """``triton.cudagraphs`` and every key whose name holds ``cudagraph``, nested ones too."""
-    keys = [key for key in config.all_keys() if "cudagraph" in key]
-    return sorted(set(keys) | {k for k in CUDAGRAPH_SWITCHES if config.has_key(k)})
+def config_is_process_wide() -> bool:
+    """Whether config overrides are shared by every thread (torch <= 2.11)."""
+    return import_config(INDUCTOR_CONFIG).layout != "ctxvar"
 
 
 def cudagraph_settings_here() -> dict[str, Any]:
@@ -637,4 +661,4 @@ def cudagraph_settings_here() -> dict[str, Any]:
     config = loaded_config(INDUCTOR_CONFIG)
     if config is None:
         return {}
-    return {key: config.effective(key) for key in cudagraph_keys(config)}
+    return {key: config.effective(key) for key in config.cudagraph_keys()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 from . import _torch
@@ -176,16 +177,19 @@ class QuickCheck:
         self._count = _torch.change_count()
         self._environ = raw_environ()
         self._modules = {name: sys.modules.get(name) for name in _torch.GUARDED_CONFIG_MODULES}
-        self._per_module = []
+        self._defaults: list[tuple[ConfigAccess, list[Any]]] = []
+        self._mutable: list[tuple[Callable[[], tuple[Any, Any]], tuple[Any, Any]]] = []
         for name, entries in snapshot.modules.items():
             cfg = _torch.loaded_config(name)
             if cfg is None:
                 continue
-            mutable = [
-                (key, entries[key].override, entries[key].default)
-                for key in cfg.mutable_keys(entries)
-            ]
-            self._per_module.append((cfg, cfg.defaults_vector(), mutable))
+            self._defaults.append((cfg, cfg.defaults_vector()))
+            for key in cfg.mutable_keys(entries):
+                read = cfg.raw_reader(key)
+                override, default = read()
+                self._mutable.append(
+                    (read, (_torch.copy_value(override), _torch.copy_value(default)))
+                )
 
     def unchanged(self) -> bool:
         if _torch.change_count() != self._count or _environ_data() != self._environ:
@@ -193,13 +197,12 @@ class QuickCheck:
         for name, module in self._modules.items():
             if sys.modules.get(name) is not module:
                 return False
-        for cfg, defaults, mutable in self._per_module:
+        for cfg, defaults in self._defaults:
             if cfg.defaults_vector() != defaults:
                 return False
-            for key, override, default in mutable:
-                raw = cfg.raw(key)
-                if _torch.values_differ(raw.override, override) or _torch.values_differ(
-                    raw.default, default
-                ):
-                    return False
+        differ = _torch.values_differ
+        for read, (override, default) in self._mutable:
+            now_override, now_default = read()
+            if differ(now_override, override) or differ(now_default, default):
+                return False
         return True

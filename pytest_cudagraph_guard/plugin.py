@@ -20,6 +20,7 @@ __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 leak_guard_key = pytest.StashKey[LeakGuard]()
 thread_watch_key = pytest.StashKey[Any]()
 foreign_errors_key = pytest.StashKey[list[dict[str, Any]]]()
+thread_mark_key = pytest.StashKey[pytest.Mark]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -90,6 +91,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("torch is not installed")
     if mark.kwargs.get("require_cuda") is True and not _torch.cuda_visible():
         pytest.skip("CUDA is not available")
+    item.stash[thread_mark_key] = mark
 
 
 @pytest.hookimpl(wrapper=True)
@@ -105,11 +107,12 @@ def pytest_fixture_setup(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
-    if pyfuncitem.get_closest_marker(THREAD_MARKER) is None:
+    if thread_mark_key not in pyfuncitem.stash:
         return (yield)
     from .threads import call_in_threads
 
-    with call_in_threads(pyfuncitem, _diagnose_hook(pyfuncitem.config)):
+    mark = pyfuncitem.stash[thread_mark_key]
+    with call_in_threads(pyfuncitem, mark, _diagnose_hook(pyfuncitem.config)):
         return (yield)
 
 

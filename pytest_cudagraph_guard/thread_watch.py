@@ -9,11 +9,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .diagnosis import Diagnosis, error_record
+if TYPE_CHECKING:
+    from .diagnosis import Diagnosis
 
 DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
 
@@ -37,6 +38,8 @@ class ThreadExceptionWatch:
 
     def _hook(self, args: threading.ExceptHookArgs) -> None:
         try:
+            from .diagnosis import error_record
+
             if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
                 name = args.thread.name if args.thread is not None else "<unknown thread>"
                 self._seen.append(error_record(args.exc_value, name, self._diagnose_hook))

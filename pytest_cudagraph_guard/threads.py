@@ -38,10 +38,10 @@ run_result_key = pytest.StashKey[ThreadRunResult]()
 
 
 @contextmanager
-def call_in_threads(item: pytest.Function, diagnose_hook: DiagnoseHook) -> Iterator[None]:
+def call_in_threads(
+    item: pytest.Function, mark: pytest.Mark, diagnose_hook: DiagnoseHook
+) -> Iterator[None]:
     """For the duration of the call phase, makes ``item.obj`` run in the marker's threads."""
-    mark = item.get_closest_marker(THREAD_MARKER)
-    assert mark is not None
     try:
         options = thread_options(mark)
     except MarkerError as error:
@@ -92,7 +92,8 @@ class ThreadRun:
 
     def run(self) -> None:
         _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
-        before = config_state.Snapshot.take()
+        # From torch 2.12 the threads' overrides live and die in their own contexts.
+        before = config_state.Snapshot.take() if _torch.config_is_process_wide() else None
         if self.options.tls == "init":
             _torch.start_thread_readiness()
         try:
@@ -100,7 +101,8 @@ class ThreadRun:
         finally:
             if self.options.tls == "init":
                 _torch.stop_thread_readiness()
-            config_state.restore(before, include_env=False)
+            if before is not None:
+                config_state.restore(before, include_env=False)
         self._conclude(stuck)
 
     def _context_with_cudagraphs(self) -> contextvars.Context:
