@@ -15,8 +15,10 @@ Config layouts, by release (see ``torch/utils/_config_module.py``):
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
+import inspect
 import os
 import sys
 import threading
@@ -607,8 +609,6 @@ def start_thread_readiness() -> None:
     tracing = importlib.import_module("torch.fx._symbolic_trace")
     check = getattr(tracing, "is_fx_symbolic_tracing", None)
     if check is not None:
-        import inspect
-
         trace_code = inspect.unwrap(tracing.Tracer.trace).__code__
         _patch(tracing, "is_fx_symbolic_tracing", _per_thread(check, trace_code))
 
@@ -656,9 +656,275 @@ def config_is_process_wide() -> bool:
     return import_config(INDUCTOR_CONFIG).layout != "ctxvar"
 
 
-def cudagraph_settings_here() -> dict[str, Any]:
-    """The effective cudagraph settings as the calling thread sees them."""
+# --- where a setting's value comes from ------------------------------------------------------
+
+_env_names_cache: dict[str, dict[str, list[str]]] = {}
+
+
+def env_names(config: ConfigAccess) -> dict[str, list[str]]:
+    """``{dotted key: [environment variables]}`` that torch reads for a key, found in the config
+    module's source: ``Config(env_name_default=..., env_name_force=...)`` and the import-time
+    ``os.environ.get("NAME") == "1"`` defaults. Parsed once per module."""
+    cached = _env_names_cache.get(config.name)
+    if cached is None:
+        cached = _env_names_from_source(config.module)
+        _env_names_cache[config.name] = cached
+    return cached
+
+
+def _env_names_from_source(module: ModuleType) -> dict[str, list[str]]:
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    found: dict[str, list[str]] = {}
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, f"{prefix}{node.name}.")
+                continue
+            target, value = _assignment(node)
+            if target is None or value is None:
+                continue
+            names = [
+                leaf.value
+                for leaf in ast.walk(value)
+                if isinstance(leaf, ast.Constant)
+                and isinstance(leaf.value, str)
+                and leaf.value.startswith(("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_"))
+            ]
+            if names:
+                found[prefix + target] = names
+
+    visit(tree.body, "")
+    return found
+
+
+_variables_cache: dict[str, frozenset[str]] = {}
+
+
+def env_variables_read(module: ModuleType) -> frozenset[str]:
+    """Every ``TORCHINDUCTOR_*``/``TORCHDYNAMO_*``/``TORCH_*`` name in a module's source."""
+    cached = _variables_cache.get(module.__name__)
+    if cached is None:
+        try:
+            tree = ast.parse(inspect.getsource(module))
+        except (OSError, TypeError, SyntaxError):
+            tree = ast.Module(body=[], type_ignores=[])
+        cached = frozenset(
+            leaf.value
+            for leaf in ast.walk(tree)
+            if isinstance(leaf, ast.Constant)
+            and isinstance(leaf.value, str)
+            and leaf.value.startswith(("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_"))
+        )
+        _variables_cache[module.__name__] = cached
+    return cached
+
+
+def _assignment(node: ast.stmt) -> tuple[str | None, ast.expr | None]:
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+        return (target.id if isinstance(target, ast.Name) else None), node.value
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return node.target.id, node.value
+    return None, None
+
+
+# --- observing what torch does with CUDA graphs ----------------------------------------------
+# Wrappers around the functions that every compile and capture goes through, installed only
+# while a report is wanted. Each calls back with plain values; the wrapped call is unchanged.
+
+Observer = Callable[[str, dict[str, Any]], None]
+_observers: list[Observer] = []
+_observation_patches: list[tuple[object, str, Any, Any]] = []
+_in_manager_init = threading.local()
+
+
+def _emit(event: str, data: dict[str, Any]) -> None:
+    data["thread"] = threading.current_thread().name
+    for observer in list(_observers):
+        observer(event, data)
+
+
+def _options_of(config_patches: Any) -> dict[str, Any]:
+    if not isinstance(config_patches, dict):
+        return {}
+    return {str(k): v for k, v in config_patches.items() if isinstance(v, (bool, int, float, str))}
+
+
+def _observed_compile_fx(compile_fx: Any) -> Any:
+    @functools.wraps(compile_fx)
+    def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
+        options = _options_of(kwargs.get("config_patches"))
+        if options or not kwargs.get("inner_compile"):
+            _emit("compile", {"options": options, "settings": cudagraph_switches_here()})
+        return compile_fx(*args, **kwargs)
+
+    return compile_fx_observed
+
+
+def _observed_cudagraphify(cudagraphify: Any) -> Any:
+    @functools.wraps(cudagraphify)
+    def cudagraphify_observed(*args: Any, **kwargs: Any) -> Any:
+        _emit("cudagraphify", {"trees": cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])})
+        return cudagraphify(*args, **kwargs)
+
+    return cudagraphify_observed
+
+
+def _observed_graph_method(method: Any) -> Any:
+    """``CompiledFxGraph.__init__`` and ``post_compile`` (a graph loaded from the FX graph
+    cache) count cudagraph skips, some without logging them; the reason is on the graph."""
+
+    @functools.wraps(method)
+    def method_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = _skip_count()
+        result = method(self, *args, **kwargs)
+        if _skip_count() > before:
+            reason = getattr(self, "disabled_cudagraphs_reason", None) or "unknown"
+            if not str(reason).startswith("skipping cudagraphs"):
+                reason = f"skipping cudagraphs due to {reason}"
+            _emit("skip", {"reason": str(reason)})
+        return result
+
+    return method_observed
+
+
+def _observed_manager_init(init: Any) -> Any:
+    @functools.wraps(init)
+    def init_observed(*args: Any, **kwargs: Any) -> None:
+        _in_manager_init.active = True  # its empty pool-initialising capture is not a recording
+        try:
+            init(*args, **kwargs)
+        finally:
+            _in_manager_init.active = False
+
+    return init_observed
+
+
+def _observed_capture_end(capture_end: Any) -> Any:
+    @functools.wraps(capture_end)
+    def capture_end_observed(*args: Any, **kwargs: Any) -> Any:
+        result = capture_end(*args, **kwargs)
+        if not getattr(_in_manager_init, "active", False):
+            _emit("recorded", {})
+        return result
+
+    return capture_end_observed
+
+
+def _observed_replay(replay: Any) -> Any:
+    @functools.wraps(replay)
+    def replay_observed(*args: Any, **kwargs: Any) -> Any:
+        _emit("replay", {})
+        return replay(*args, **kwargs)
+
+    return replay_observed
+
+
+def skip_count() -> int:
+    """torch's own count of cudagraph skips (``counters["inductor"]["cudagraph_skips"]``)."""
+    return _skip_count()
+
+
+def _skip_count() -> int:
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return 0
+    return int(utils.counters["inductor"]["cudagraph_skips"])
+
+
+def _observe(owner: object, name: str, wrap: Callable[[Any], Any]) -> None:
+    original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    if original is None or not callable(original):
+        return
+    replacement = wrap(original)
+    _observation_patches.append((owner, name, original, replacement))
+    setattr(owner, name, replacement)
+
+
+def start_observing(observer: Observer) -> None:
+    """Calls ``observer(event, data)`` for compiles, cudagraph wrapping, skips, recordings and
+    replays, in the thread where they happen. Imports the modules it wraps (torch must be there).
+    """
+    _observers.append(observer)
+    if _observation_patches:
+        return
+    compile_fx = importlib.import_module("torch._inductor.compile_fx")
+    _observe(compile_fx, "compile_fx", _observed_compile_fx)
+    _observe(compile_fx, "cudagraphify", _observed_cudagraphify)
+    for module_name in ("torch._inductor.output_code", "torch._inductor.codecache"):
+        graph = getattr(
+            sys.modules.get(module_name) or _try_import(module_name), "CompiledFxGraph", None
+        )
+        if graph is not None:
+            _observe(graph, "__init__", _observed_graph_method)
+            _observe(graph, "post_compile", _observed_graph_method)
+            break
+    trees = import_cudagraph_trees()
+    _observe(trees.CUDAGraphTreeManager, "__init__", _observed_manager_init)
+    graphs = importlib.import_module("torch.cuda.graphs")
+    _observe(graphs.CUDAGraph, "capture_end", _observed_capture_end)
+    _observe(graphs.CUDAGraph, "replay", _observed_replay)
+
+
+def stop_observing(observer: Observer) -> None:
+    if observer in _observers:
+        _observers.remove(observer)
+    if _observers:
+        return
+    while _observation_patches:
+        owner, name, original, replacement = _observation_patches.pop()
+        current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
+        if current is replacement:
+            setattr(owner, name, original)
+
+
+def _try_import(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def cudagraph_switches_here() -> dict[str, Any]:
+    """``triton.cudagraphs`` and ``triton.cudagraph_trees`` as the calling context sees them."""
     config = loaded_config(INDUCTOR_CONFIG)
     if config is None:
         return {}
-    return {key: config.effective(key) for key in config.cudagraph_keys()}
+    return {key: config.effective(key) for key in CUDAGRAPH_SWITCHES if config.has_key(key)}
+
+
+def versions() -> dict[str, Any]:
+    """torch, triton, CUDA, driver and Python versions, and the GPUs (CUDA is initialised)."""
+    import platform
+
+    torch = import_torch()
+    triton = _try_import("triton")
+    found: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),
+        "triton": getattr(triton, "__version__", None) if triton else None,
+        "cuda": cuda_version(),
+        "driver": None,
+        "gpus": [],
+    }
+    if cuda_visible():
+        found["gpus"] = [
+            torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())
+        ]
+        found["driver"] = _driver_version()
+    return found
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:
+        return None

@@ -6,7 +6,7 @@ Hooks are in lifecycle order. Loading this module never imports torch.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -15,12 +15,18 @@ from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
 from .markers import THREAD_MARKER, THREAD_MARKER_DOC, MarkerError, describe_error, thread_options
 
+if TYPE_CHECKING:
+    from .report import Reporter, ReportFormat
+
+REPORT_FORMAT_HELP = "term, term-all, json:PATH or md:PATH"
+
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 
 leak_guard_key = pytest.StashKey[LeakGuard]()
 thread_watch_key = pytest.StashKey[Any]()
 foreign_errors_key = pytest.StashKey[list[dict[str, Any]]]()
 thread_mark_key = pytest.StashKey[pytest.Mark]()
+reporter_key = pytest.StashKey["Reporter"]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -46,6 +52,44 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"default for --cudagraph-guard: one of {', '.join(GUARD_MODES)}",
         default=DEFAULT_GUARD_MODE,
     )
+    group.addoption(
+        "--cudagraph-report",
+        dest="cudagraph_report",
+        action="append",
+        nargs="?",
+        const="term",
+        metavar="FORMAT",
+        help=(
+            "report, per test, the effective cudagraph settings with their source, the CUDA-graph "
+            f"work that happened and every thread/TLS error; FORMAT is {REPORT_FORMAT_HELP} "
+            "(default term); repeatable"
+        ),
+    )
+    parser.addini(
+        "cudagraph_report",
+        type="args",
+        help=f"report formats when --cudagraph-report is not given: {REPORT_FORMAT_HELP}",
+        default=[],
+    )
+    group.addoption(
+        "--cudagraph-settings",
+        dest="cudagraph_settings",
+        action="store_true",
+        help=(
+            "print the effective cudagraph settings with their sources, the relevant "
+            "environment variables, versions and GPUs, then exit without running tests"
+        ),
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if not config.getoption("cudagraph_settings"):
+        return None
+    from .settings import print_settings
+
+    print_settings()
+    return 0
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own threading.excepthook, which ours chains to
@@ -56,6 +100,15 @@ def pytest_configure(config: pytest.Config) -> None:
         guard = LeakGuard(mode)
         config.stash[leak_guard_key] = guard
         config.add_cleanup(guard.close)
+    formats = _report_formats(config)
+    if formats:
+        from .report import Reporter, ReportWriter
+
+        reporter = Reporter(config, formats)
+        config.stash[reporter_key] = reporter
+        config.add_cleanup(reporter.close)
+        if not _is_xdist_worker(config):
+            config.pluginmanager.register(ReportWriter(formats), "cudagraph_guard.report")
     from .thread_watch import ThreadExceptionWatch
 
     watch = ThreadExceptionWatch(_diagnose_hook(config))
@@ -82,6 +135,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    reporter = item.config.stash.get(reporter_key, None)
+    if reporter is not None:
+        reporter.test_started(item)
     mark = item.get_closest_marker(THREAD_MARKER)
     if mark is None:
         return
@@ -105,6 +161,13 @@ def pytest_fixture_setup(
         return (yield)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    reporter = item.config.stash.get(reporter_key, None)
+    if reporter is not None:
+        reporter.call_started(item)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
     if thread_mark_key not in pyfuncitem.stash:
@@ -112,7 +175,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]
     from .threads import call_in_threads
 
     mark = pyfuncitem.stash[thread_mark_key]
-    with call_in_threads(pyfuncitem, mark, _diagnose_hook(pyfuncitem.config)):
+    reporter = pyfuncitem.config.stash.get(reporter_key, None)
+    keys = reporter.extra_keys() if reporter is not None else None
+    with call_in_threads(pyfuncitem, mark, _diagnose_hook(pyfuncitem.config), keys):
         return (yield)
 
 
@@ -128,6 +193,64 @@ def pytest_runtest_teardown(
         raise
     _after_test(item, guard, may_fail=True)
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    reporter = item.config.stash.get(reporter_key, None)
+    if reporter is None:
+        return (yield)
+    if call.when == "teardown":  # the record rides on the teardown report, so it is built first
+        reporter.phase_done(item, call, "failed" if _failed(call) else "passed")
+        _attach_record(item, reporter)
+    report = yield
+    if call.when != "teardown":
+        from .report import phase_outcome
+
+        reporter.phase_done(item, call, phase_outcome(report))
+    return report
+
+
+def _failed(call: pytest.CallInfo[None]) -> bool:
+    return call.excinfo is not None and not isinstance(
+        call.excinfo.value, (pytest.skip.Exception, pytest.xfail.Exception)
+    )
+
+
+def _attach_record(item: pytest.Item, reporter: Reporter) -> None:
+    from .threads import run_result_key
+
+    mark = item.stash.get(thread_mark_key, None)
+    switches = None
+    if mark is not None:
+        trees = thread_options(mark).trees
+        switches = {"triton.cudagraphs": True, "triton.cudagraph_trees": trees}
+    record = reporter.record_for(
+        item,
+        item.stash.get(run_result_key, None),
+        item.stash.get(foreign_errors_key, []),
+        switches,
+    )
+    if record is not None:
+        from .report import USER_PROPERTY
+
+        item.user_properties.append((USER_PROPERTY, record))
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _report_formats(config: pytest.Config) -> list[ReportFormat]:
+    from .report import parse_formats
+
+    values = config.getoption("cudagraph_report")
+    if values:
+        return parse_formats([str(v) for v in values], "--cudagraph-report")
+    ini = [str(v) for v in config.getini("cudagraph_report")]
+    return parse_formats(ini, "ini option cudagraph_report") if ini else []
 
 
 def _after_test(item: pytest.Item, guard: LeakGuard | None, *, may_fail: bool) -> None:

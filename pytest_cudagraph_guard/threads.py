@@ -28,10 +28,11 @@ DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
 class ThreadRunResult:
     """What one marked call did, for the report: where it ran and each thread's error."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, settings_keys: list[str] | None) -> None:
         self.where = f"thread x {threads}"
         self.errors: list[dict[str, Any]] = []
         self.settings: dict[str, Any] | None = None
+        self.settings_keys = settings_keys  # None: nobody reports settings
 
 
 run_result_key = pytest.StashKey[ThreadRunResult]()
@@ -39,14 +40,17 @@ run_result_key = pytest.StashKey[ThreadRunResult]()
 
 @contextmanager
 def call_in_threads(
-    item: pytest.Function, mark: pytest.Mark, diagnose_hook: DiagnoseHook
+    item: pytest.Function,
+    mark: pytest.Mark,
+    diagnose_hook: DiagnoseHook,
+    settings_keys: list[str] | None = None,
 ) -> Iterator[None]:
     """For the duration of the call phase, makes ``item.obj`` run in the marker's threads."""
     try:
         options = thread_options(mark)
     except MarkerError as error:
         pytest.fail(describe_error(item.nodeid, THREAD_MARKER, error), pytrace=False)
-    result = ThreadRunResult(options.threads)
+    result = ThreadRunResult(options.threads, settings_keys)
     item.stash[run_result_key] = result
     original = item.obj
     item.obj = _threaded(original, options, result, diagnose_hook)
@@ -144,8 +148,8 @@ class ThreadRun:
                 self.barrier.wait(self.options.timeout)
             except threading.BrokenBarrierError:
                 return
-            if index == 0:
-                self.result.settings = _torch.cudagraph_settings_here()
+            if index == 0 and self.result.settings_keys is not None:
+                self.result.settings = _settings_here(self.result.settings_keys)
             self.body()
         except BaseException as exc:
             self.errors[name] = exc
@@ -199,6 +203,12 @@ class ThreadRun:
         for name, exc in self.errors.items():
             lines.append(f"\nThread {name} raised {type(exc).__name__}: {exc}")
         pytest.fail("\n".join(lines), pytrace=False)
+
+
+def _settings_here(extra_keys: list[str]) -> dict[str, Any]:
+    from .settings import effective_settings, settings_record
+
+    return settings_record(effective_settings(extra_keys))
 
 
 def _stack_of(frame: FrameType | None) -> str:

@@ -1,0 +1,131 @@
+"""The effective cudagraph settings, each with where its value comes from."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any, Final, NamedTuple
+
+from . import _torch
+from ._torch import HIDDEN, UNSET
+
+ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
+# Besides the config modules, the modules whose source names the variables torch reads.
+READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
+
+
+class Setting(NamedTuple):
+    """A setting's effective value and its source: ``default``, ``env:NAME``, ``test`` (set by
+    the test, a fixture or a marker) or ``compile`` (set by torch.compile options or mode)."""
+
+    value: Any
+    source: str
+
+
+def effective_settings(extra_keys: Iterable[str] = ()) -> dict[str, Setting]:
+    """Every cudagraph-related key of ``torch._inductor.config`` (nested ones too) as the calling
+    thread sees it, with its source. Imports torch."""
+    config = _torch.import_config(_torch.INDUCTOR_CONFIG)
+    names = _torch.env_names(config)
+    keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
+    found = {}
+    for key in dict.fromkeys(keys):
+        raw = config.raw(key)
+        found[key] = Setting(config.effective(key, raw), _source(config, key, raw, names))
+    return found
+
+
+def _source(
+    config: _torch.ConfigAccess, key: str, raw: _torch.RawEntry, names: dict[str, list[str]]
+) -> str:
+    if raw.hidden:
+        return "test"
+    provenance = config.provenance(key)
+    if provenance == "override":
+        return "test"
+    for name in names.get(key, []):
+        if name in os.environ and (
+            provenance in ("env-force", "env-default") or _env_value(name) == raw.default
+        ):
+            return f"env:{name}"
+    return "default"
+
+
+def _env_value(name: str) -> Any:
+    text = os.environ.get(name)
+    return {"1": True, "0": False}.get(text or "", text)
+
+
+def jsonable(value: Any) -> Any:
+    """A builtin-types form of a config value, for records that cross processes."""
+    if value is HIDDEN or value is UNSET:
+        return repr(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+def settings_record(settings: dict[str, Setting]) -> dict[str, dict[str, Any]]:
+    return {k: {"value": jsonable(s.value), "source": s.source} for k, s in settings.items()}
+
+
+def torch_env() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def env_read_by_torch() -> dict[str, str | None]:
+    """Each relevant variable that is set, with the module of this torch that reads it (None
+    where this torch reads no such variable)."""
+    import sys
+
+    readers: dict[str, str] = {}
+    for name in (*_torch.GUARDED_CONFIG_MODULES, *READERS):
+        module = sys.modules.get(name)
+        if module is not None:
+            readers.update(dict.fromkeys(_torch.env_variables_read(module), name))
+    return {name: readers.get(name) for name in torch_env()}
+
+
+def print_settings() -> None:
+    """``pytest --cudagraph-settings``: what this process would compile with, and why."""
+    try:
+        _torch.import_torch()
+    except _torch.TorchNotInstalled:
+        print("torch is not installed: no cudagraph settings to show")
+        return
+    import importlib
+
+    importlib.import_module(_torch.DYNAMO_CONFIG)
+    settings = effective_settings()
+    width = max(len(key) for key in settings)
+    print("cudagraph settings of torch._inductor.config (value, source):")
+    for key, setting in settings.items():
+        print(f"  {key:<{width}}  {setting.value!r:<12}  {setting.source}")
+    print("environment variables:")
+    read = env_read_by_torch()
+    if not read:
+        print("  (none of TORCHINDUCTOR_*, TORCHDYNAMO_*, TORCH_COMPILE* is set)")
+    for name, value in torch_env().items():
+        reader = read.get(name)
+        note = f"read by {reader}" if reader else "not read by this torch release"
+        print(f"  {name}={value}  ({note})")
+    versions = _torch.versions()
+    print("versions:")
+    for key in ("python", "torch", "triton", "cuda", "driver"):
+        print(f"  {key}: {versions.get(key) or '-'}")
+    print(f"GPUs: {', '.join(versions['gpus']) or 'none visible'}")
+    trees = _torch.import_cudagraph_trees()
+    lazily = _torch.creates_thread_state_lazily(trees)
+    print(
+        "CUDAGraph Trees thread state: "
+        + (
+            "created by torch itself in any thread (torch >= 2.13)"
+            if lazily
+            else "created only in the main thread and autograd's threads: call "
+            "ensure_cudagraph_tls() in other threads, or cudagraph_thread(tls='init')"
+        )
+    )

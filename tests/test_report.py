@@ -1,0 +1,299 @@
+"""--cudagraph-report and --cudagraph-settings in real sessions, with real torch."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import QUIET_INI
+from .legacy_torch import CONFTEST as LEGACY_CONFTEST
+
+SUITE = """
+import threading
+import pytest
+import torch
+import torch._inductor.cudagraph_trees as cgt
+
+def test_uses_the_fixture(inductor_config):
+    inductor_config["triton.cudagraph_trees"] = False
+
+def test_plain():
+    pass
+
+@pytest.mark.cudagraph_thread(threads=2)
+def test_in_threads():
+    pass
+
+def test_own_thread_fails():
+    def drafter():
+        raise torch.AcceleratorError("CUDA error: operation not permitted when stream is capturing")
+    thread = threading.Thread(target=drafter, name="drafter-7")
+    thread.start()
+    thread.join()
+"""
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def by_nodeid(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {record["nodeid"].rsplit("::", 1)[-1]: record for record in document["tests"]}
+
+
+def test_terminal_section_shows_the_tests_that_matter(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(test_suite=SUITE)
+    result = ourtester.runpytest("--cudagraph-report")
+    result.assert_outcomes(passed=4, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*= cudagraph report =*",
+            "test_suite.py::test_in_threads  passed  [[]thread x 2]",
+            "  settings: triton.cudagraph_trees=True (test); triton.cudagraphs=True (test)*",
+            "  activity: compiled 0, cudagraphed graphs 0, recorded 0, replays 0, skips 0",
+            "test_suite.py::test_own_thread_fails  passed  [[]main]",
+            "  error: [[]drafter-7] torch.AcceleratorError: CUDA error: operation not permitted*",
+            "*(kind: capture-conflict)",
+            "      hint: *",
+            "*graph_capture_lock*",
+            "test_suite.py::test_uses_the_fixture  passed  [[]main]",
+            "  settings: triton.cudagraph_trees=False (test); triton.cudagraphs=False (default)*",
+            "3 test(s); recorded 0, replays 0, skips 0; errors: capture-conflict 1",
+        ]
+    )
+    result.stdout.no_fnmatch_line("test_suite.py::test_plain*")
+    every = ourtester.runpytest("--cudagraph-report=term-all")
+    every.stdout.fnmatch_lines(["test_suite.py::test_plain  passed  [[]main]"])
+
+
+def test_json_and_markdown_files(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(test_suite=SUITE)
+    result = ourtester.runpytest(
+        "--cudagraph-report=json:out/report.json", "--cudagraph-report=md:out/report.md"
+    )
+    result.assert_outcomes(passed=4)
+    result.stdout.no_fnmatch_line("*= cudagraph report =*")
+    document = load(ourtester.path / "out" / "report.json")
+    assert document["schema"] == "pytest-cudagraph-guard/report/1"
+    assert set(document["environment"]) >= {"python", "torch", "triton", "cuda", "driver", "gpus"}
+    records = by_nodeid(document)
+    assert set(records) == {"test_uses_the_fixture", "test_in_threads", "test_own_thread_fails"}
+    fixture = records["test_uses_the_fixture"]
+    assert set(fixture) >= {"nodeid", "outcome", "where", "settings", "env", "activity", "errors"}
+    assert fixture["settings"]["triton.cudagraph_trees"] == {"value": False, "source": "test"}
+    assert fixture["settings"]["triton.cudagraphs"] == {"value": False, "source": "default"}
+    assert "triton.cudagraph_skip_dynamic_graphs" in fixture["settings"]
+    error = records["test_own_thread_fails"]["errors"][0]
+    assert set(error) == {"thread", "type", "message", "kind", "hint", "traceback"}
+    assert (error["thread"], error["kind"]) == ("drafter-7", "capture-conflict")
+    assert "in drafter" in error["traceback"]
+    assert document["summary"]["errors_by_kind"] == {"capture-conflict": 1}
+    markdown = (ourtester.path / "out" / "report.md").read_text()
+    assert "| `test_suite.py::test_in_threads` | passed | thread x 2 | True (test) |" in markdown
+    assert "[drafter-7] **capture-conflict**" in markdown
+    assert list((ourtester.path / "out").iterdir()) == [
+        ourtester.path / "out" / name for name in sorted(["report.json", "report.md"])
+    ] or sorted(p.name for p in (ourtester.path / "out").iterdir()) == ["report.json", "report.md"]
+
+
+def test_the_file_is_whole_after_an_interrupted_session(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(
+        """
+        def test_first(inductor_config):
+            pass
+
+        def test_interrupted():
+            raise KeyboardInterrupt
+        """
+    )
+    recorder = ourtester.inline_run("--cudagraph-report=json:report.json", no_reraise_ctrlc=True)
+    assert recorder.ret == pytest.ExitCode.INTERRUPTED
+    assert [r["nodeid"] for r in load(ourtester.path / "report.json")["tests"]] == [
+        "test_the_file_is_whole_after_an_interrupted_session.py::test_first"
+    ]
+    assert sorted(p.name for p in ourtester.path.iterdir() if "report" in p.name) == ["report.json"]
+
+
+@pytest.mark.parametrize("value", ["xml:report.xml", "json:", "terms", "md"])
+def test_bad_formats_are_usage_errors_naming_the_value(
+    ourtester: pytest.Pytester, value: str
+) -> None:
+    result = ourtester.runpytest(f"--cudagraph-report={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--cudagraph-report: unknown report format {value!r}*"])
+
+
+def test_formats_from_the_ini_file(ourtester: pytest.Pytester) -> None:
+    ourtester.makeini(QUIET_INI + "cudagraph_report = term json:from-ini.json\n")
+    ourtester.makepyfile(test_suite=SUITE)
+    result = ourtester.runpytest()
+    result.stdout.fnmatch_lines(["*= cudagraph report =*"])
+    assert load(ourtester.path / "from-ini.json")["summary"]["tests"] == 3
+    ourtester.makeini(QUIET_INI + "cudagraph_report = yaml\n")
+    bad = ourtester.runpytest()
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*ini option cudagraph_report: unknown report format 'yaml'*"])
+
+
+def test_records_reach_junit_xml(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(test_suite=SUITE)
+    ourtester.runpytest("--cudagraph-report=json:r.json", "--junitxml=junit.xml")
+    tree = ET.parse(ourtester.path / "junit.xml")
+    properties = {
+        case.get("name"): [p.get("name") for p in case.iter("property")]
+        for case in tree.iter("testcase")
+    }
+    assert properties["test_in_threads"] == ["cudagraph"]
+    assert properties["test_plain"] == []
+
+
+def test_the_same_records_under_xdist(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(test_suite=SUITE)
+    plain = ourtester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report=json:a.json"
+    )
+    plain.assert_outcomes(passed=4)
+    spread = ourtester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "--cudagraph-report", "--cudagraph-report=json:b.json"
+    )
+    spread.assert_outcomes(passed=4)
+    spread.stdout.fnmatch_lines(["*= cudagraph report =*", "3 test(s); *"])
+    first, second = load(ourtester.path / "a.json"), load(ourtester.path / "b.json")
+    assert first["tests"] == second["tests"]
+    assert first["summary"] == second["summary"]
+
+
+def test_hooks_add_keys_and_receive_each_record(ourtester: pytest.Pytester) -> None:
+    ourtester.makeconftest(
+        """
+        RECORDS = []
+
+        def pytest_cudagraph_report_keys(config):
+            return ["max_autotune"]
+
+        def pytest_cudagraph_record(item, record):
+            RECORDS.append((item.nodeid, record["outcome"]))
+
+        def pytest_unconfigure(config):
+            print("RECORDS", sorted(RECORDS))
+        """
+    )
+    ourtester.makepyfile(
+        """
+        def test_one(inductor_config):
+            inductor_config["max_autotune"] = True
+        """
+    )
+    result = ourtester.runpytest("-s", "--cudagraph-report=json:r.json")
+    result.stdout.fnmatch_lines(
+        ["RECORDS [[]('test_hooks_add_keys_and_receive_each_record.py::test_one', 'passed')]"]
+    )
+    record = load(ourtester.path / "r.json")["tests"][0]
+    assert record["settings"]["max_autotune"] == {"value": True, "source": "test"}
+
+
+def test_tls_missing_in_the_report(ourtester: pytest.Pytester) -> None:
+    ourtester.makeconftest(LEGACY_CONFTEST)
+    ourtester.makepyfile(
+        """
+        import pytest
+        import torch._inductor.cudagraph_trees as cgt
+
+        @pytest.mark.cudagraph_thread(threads=2)
+        def test_native():
+            cgt.get_container(0)
+        """
+    )
+    result = ourtester.runpytest("--cudagraph-report=json:r.json")
+    result.assert_outcomes(failed=1)
+    errors = load(ourtester.path / "r.json")["tests"][0]["errors"]
+    assert [(e["thread"], e["type"], e["message"], e["kind"]) for e in errors] == [
+        ("cudagraph-thread-0", "AssertionError", "", "tls-missing"),
+        ("cudagraph-thread-1", "AssertionError", "", "tls-missing"),
+    ]
+    assert "ensure_cudagraph_tls()" in errors[0]["hint"]
+
+
+def test_compiles_skips_and_config_divergence(ourtester: pytest.Pytester) -> None:
+    """A reduce-overhead function on CPU tensors skips cudagraphs, with torch's reason; a drafter
+    thread compiles without the main thread's settings (per-thread config, torch >= 2.12)."""
+    ourtester.makepyfile(
+        """
+        import threading
+        import torch
+
+        def step(x):
+            return torch.sin(x) * 2 + torch.cos(x)
+
+        def test_reduce_overhead_on_cpu_tensors():
+            torch.compile(step, mode="reduce-overhead")(torch.ones(8))
+
+        def test_drafter_thread(cudagraphs):
+            thread = threading.Thread(
+                target=lambda: torch.compile(step)(torch.ones(8)), name="drafter-0"
+            )
+            thread.start()
+            thread.join()
+        """
+    )
+    result = ourtester.runpytest("--cudagraph-report", "--cudagraph-report=json:r.json")
+    result.assert_outcomes(passed=2)
+    records = by_nodeid(load(ourtester.path / "r.json"))
+    skipped = records["test_reduce_overhead_on_cpu_tensors"]
+    assert skipped["settings"]["triton.cudagraphs"] == {"value": True, "source": "compile"}
+    compiled = skipped["activity"]["compiled"]
+    assert [(c["thread"], c["options"], c["cudagraphs"]) for c in compiled] == [
+        ("MainThread", {"triton.cudagraphs": True}, True)
+    ]
+    skips = skipped["activity"]["skips"]
+    assert len(skips) == 1
+    assert skips[0]["reason"].startswith("skipping cudagraphs due to")
+    drafter = records["test_drafter_thread"]
+    assert [(e["thread"], e["kind"]) for e in drafter["errors"]] == [
+        ("drafter-0", "config-divergence")
+    ]
+    assert "triton.cudagraphs=False" in drafter["errors"][0]["message"]
+    assert "contextvars.copy_context().run" in drafter["errors"][0]["hint"]
+    result.stdout.fnmatch_lines(["*skip: [[]MainThread] skipping cudagraphs due to*"])
+
+
+def test_settings_option_prints_and_runs_no_test(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CUDAGRAPH_TREES", "0")
+    ourtester.makepyfile("def test_never():\n    raise AssertionError('must not run')\n")
+    result = ourtester.runpytest_subprocess("--cudagraph-settings", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "cudagraph settings of torch._inductor.config (value, source):",
+            "  triton.cudagraph_trees * True * default",
+            "  triton.cudagraphs * False * default",
+            "environment variables:",
+            "  TORCHINDUCTOR_CUDAGRAPH_TREES=0  (not read by this torch release)",
+            "versions:",
+            "  torch: 2.*",
+            "GPUs: *",
+            "CUDAGraph Trees thread state: *",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*must not run*")
+
+
+def test_settings_sources_from_the_environment(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CUDAGRAPHS", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_CUDAGRAPH_OR_ERROR", "0")
+    result = ourtester.runpytest_subprocess("--cudagraph-settings", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(
+        [
+            "  triton.cudagraph_or_error * False * env:TORCHINDUCTOR_CUDAGRAPH_OR_ERROR",
+            "  triton.cudagraphs * True * env:TORCHINDUCTOR_CUDAGRAPHS",
+            "  TORCHINDUCTOR_CUDAGRAPHS=1  (read by torch._inductor.config)",
+        ]
+    )
