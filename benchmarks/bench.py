@@ -70,6 +70,15 @@ def cases() -> dict[str, Case]:
             command_b=plugin_off,
             target=1.02,
         ),
+        "report": Case(
+            name="report",
+            what="conftest imports torch; --cudagraph-report / plugin off",
+            conftest=TORCH_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=[*plain, "--cudagraph-report"],
+            command_b=plugin_off,
+            target=1.05,
+        ),
         "thread": Case(
             name="thread",
             what="@cudagraph_thread tests / the same tests unmarked (both import the trees)",

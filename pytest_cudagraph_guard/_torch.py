@@ -22,9 +22,9 @@ import inspect
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
-from operator import attrgetter
 from types import ModuleType
 from typing import Any, Final, NamedTuple
 
@@ -255,10 +255,10 @@ class ConfigAccess:
             namespace["_is_dirty"] = True
 
     def defaults_vector(self) -> list[Any]:
-        """Every entry's default object, cheaply, to notice a default replaced in place."""
+        """Every default object, where their writes are not counted (2.1-2.5: a plain dict)."""
         if self.layout == "plain":
             return list(self.module.__dict__.get("_default", {}).values())
-        return list(map(_DEFAULT_OF, self._config.values()))
+        return []
 
     def raw_reader(self, key: str) -> Callable[[], tuple[Any, Any]]:
         """A cheap reader of ``key``'s (override, default) as torch stores them, for hot paths."""
@@ -292,9 +292,6 @@ class ConfigAccess:
     def _read_override(self, entry: Any) -> Any:
         value = entry.user_override.get() if self.layout == "ctxvar" else entry.user_override
         return UNSET if value is self._torch_unset else value
-
-
-_DEFAULT_OF = attrgetter("default")
 
 
 def _layout_of(module: ModuleType) -> str:
@@ -405,6 +402,49 @@ def count_changes(module: ModuleType) -> None:
     )
     object.__setattr__(module, "__class__", counting)
     _counted_modules[key] = (module, original, 1)
+    _count_entry_writes(module)
+
+
+def _count_entry_writes(module: ModuleType) -> None:
+    """Entries (2.6+) count writes too: a replaced default or ``hide`` set by hand."""
+    for entry in module.__dict__["_config"].values():
+        cls = type(entry)
+        if not hasattr(cls, "__dataclass_fields__") or cls in _counting_entry_classes.values():
+            continue
+        counting = _counting_entry_classes.get(cls)
+        if counting is None:
+            counting = _counting_entry_classes[cls] = _entry_class_counting(cls)
+        object.__setattr__(entry, "__class__", counting)
+
+
+def _entry_class_counting(cls: type) -> type:
+    counter = _change_count
+    parent_setattr: Any = cls.__setattr__
+
+    def __setattr__(self: object, name: str, value: object) -> None:
+        counter[0] += 1
+        parent_setattr(self, name, value)
+
+    return type(
+        cls.__name__,
+        (cls,),
+        {
+            "__setattr__": __setattr__,
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+        },
+    )
+
+
+def _stop_entry_writes(module: ModuleType) -> None:
+    originals = {counting: cls for cls, counting in _counting_entry_classes.items()}
+    for entry in module.__dict__["_config"].values():
+        original = originals.get(type(entry))
+        if original is not None:
+            object.__setattr__(entry, "__class__", original)
+
+
+_counting_entry_classes: dict[type, type] = {}
 
 
 def stop_counting(module: ModuleType) -> None:
@@ -417,6 +457,7 @@ def stop_counting(module: ModuleType) -> None:
         return
     del _counted_modules[key]
     object.__setattr__(module, "__class__", original)
+    _stop_entry_writes(module)
 
 
 def nearest_keys(wanted: str, keys: Iterable[str], count: int = 3) -> list[str]:
@@ -774,6 +815,9 @@ def _observed_cudagraphify(cudagraphify: Any) -> Any:
     return cudagraphify_observed
 
 
+_skipped_graphs: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
 def _observed_graph_method(method: Any) -> Any:
     """``CompiledFxGraph.__init__`` and ``post_compile`` (a graph loaded from the FX graph
     cache) count cudagraph skips, some without logging them; the reason is on the graph."""
@@ -782,7 +826,8 @@ def _observed_graph_method(method: Any) -> Any:
     def method_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
         before = _skip_count()
         result = method(self, *args, **kwargs)
-        if _skip_count() > before:
+        if _skip_count() > before and _skipped_graphs.get(id(self)) is not self:
+            _skipped_graphs[id(self)] = self  # torch may count one graph's skip twice
             reason = getattr(self, "disabled_cudagraphs_reason", None) or "unknown"
             if not str(reason).startswith("skipping cudagraphs"):
                 reason = f"skipping cudagraphs due to {reason}"
@@ -845,29 +890,84 @@ def _observe(owner: object, name: str, wrap: Callable[[Any], Any]) -> None:
     setattr(owner, name, replacement)
 
 
+def _patch_compile_fx(module: ModuleType) -> None:
+    _observe(module, "compile_fx", _observed_compile_fx)
+    _observe(module, "cudagraphify", _observed_cudagraphify)
+
+
+def _patch_compiled_graph(module: ModuleType) -> None:
+    graph = getattr(module, "CompiledFxGraph", None)
+    if isinstance(graph, type) and "post_compile" in graph.__dict__:
+        _observe(graph, "__init__", _observed_graph_method)
+        _observe(graph, "post_compile", _observed_graph_method)
+
+
+def _patch_trees(module: ModuleType) -> None:
+    _observe(module.CUDAGraphTreeManager, "__init__", _observed_manager_init)
+
+
+def _patch_graphs(module: ModuleType) -> None:
+    _observe(module.CUDAGraph, "capture_end", _observed_capture_end)
+    _observe(module.CUDAGraph, "replay", _observed_replay)
+
+
+# Each module is wrapped when it is imported (or at once if it is already): observing never
+# imports anything, so a report costs no start-up and changes no import order.
+_OBSERVED_MODULES: Final = {
+    "torch._inductor.compile_fx": _patch_compile_fx,
+    "torch._inductor.output_code": _patch_compiled_graph,
+    "torch._inductor.codecache": _patch_compiled_graph,
+    CUDAGRAPH_TREES: _patch_trees,
+    "torch.cuda.graphs": _patch_graphs,
+}
+_observed_names: set[str] = set()
+
+
+class _PatchOnImport:
+    """A ``sys.meta_path`` finder that wraps the observed modules right after they load."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in _OBSERVED_MODULES or name in _observed_names:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            load(module)
+            _patch_loaded(name, module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+_finder = _PatchOnImport()
+
+
+def _patch_loaded(name: str, module: ModuleType) -> None:
+    if name not in _observed_names and _observers:
+        _observed_names.add(name)
+        _OBSERVED_MODULES[name](module)
+
+
 def start_observing(observer: Observer) -> None:
     """Calls ``observer(event, data)`` for compiles, cudagraph wrapping, skips, recordings and
-    replays, in the thread where they happen. Imports the modules it wraps (torch must be there).
-    """
+    replays, in the thread where they happen."""
     _observers.append(observer)
-    if _observation_patches:
+    if len(_observers) > 1:
         return
-    compile_fx = importlib.import_module("torch._inductor.compile_fx")
-    _observe(compile_fx, "compile_fx", _observed_compile_fx)
-    _observe(compile_fx, "cudagraphify", _observed_cudagraphify)
-    for module_name in ("torch._inductor.output_code", "torch._inductor.codecache"):
-        graph = getattr(
-            sys.modules.get(module_name) or _try_import(module_name), "CompiledFxGraph", None
-        )
-        if graph is not None:
-            _observe(graph, "__init__", _observed_graph_method)
-            _observe(graph, "post_compile", _observed_graph_method)
-            break
-    trees = import_cudagraph_trees()
-    _observe(trees.CUDAGraphTreeManager, "__init__", _observed_manager_init)
-    graphs = importlib.import_module("torch.cuda.graphs")
-    _observe(graphs.CUDAGraph, "capture_end", _observed_capture_end)
-    _observe(graphs.CUDAGraph, "replay", _observed_replay)
+    for name in _OBSERVED_MODULES:
+        module = sys.modules.get(name)
+        if module is not None:
+            _patch_loaded(name, module)
+    sys.meta_path.insert(0, _finder)
 
 
 def stop_observing(observer: Observer) -> None:
@@ -875,6 +975,9 @@ def stop_observing(observer: Observer) -> None:
         _observers.remove(observer)
     if _observers:
         return
+    if _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
+    _observed_names.clear()
     while _observation_patches:
         owner, name, original, replacement = _observation_patches.pop()
         current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)

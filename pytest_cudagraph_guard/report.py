@@ -51,6 +51,7 @@ class TestActivity:
     def __init__(self, main_settings: dict[str, Any]) -> None:
         self.main_settings = main_settings
         self.skips_at_start = _torch.skip_count()
+        self.skip_counter = 0
         self.compiled: list[dict[str, Any]] = []
         self.cudagraphified: Counter[str] = Counter()
         self.recorded: Counter[str] = Counter()
@@ -71,9 +72,7 @@ class TestActivity:
             self.skips.append({"thread": thread, "reason": data["reason"]})
 
     def finish(self) -> None:
-        """Skips that torch counted without any observed path: reason unknown."""
-        unseen = _torch.skip_count() - self.skips_at_start - len(self.skips)
-        self.skips += [{"thread": None, "reason": "unknown (counted by torch only)"}] * unseen
+        self.skip_counter = _torch.skip_count() - self.skips_at_start
 
     def happened(self) -> bool:
         return bool(self.cudagraphified or self.recorded or self.replays or self.skips) or any(
@@ -102,6 +101,7 @@ class TestActivity:
             "recorded": sum(self.recorded.values()),
             "replays": sum(self.replays.values()),
             "skips": list(self.skips),
+            "torch_skip_counter": self.skip_counter,
             "by_thread": {
                 thread: {
                     "compiled": sum(1 for c in self.compiled if c["thread"] == thread),
@@ -197,7 +197,7 @@ class Reporter:
         activity = None
         if _torch.torch_loaded():
             self._observe()
-            activity = TestActivity(_torch.cudagraph_switches_here())
+            activity = TestActivity({})  # the main thread's settings are read when the body starts
         with self._lock:
             self._current = activity
         item.stash[test_state_key] = TestState(activity)
@@ -219,8 +219,8 @@ class Reporter:
         if state is None:
             return
         state.outcomes[call.when] = outcome
-        if call.when == "call" and state.settings is None and _torch.torch_loaded():
-            state.settings = settings_record(effective_settings(self.extra_keys()))
+        if call.when == "call" and state.settings is None and self._worth_settings(item, state):
+            state.settings = self._settings_now()
         excinfo = call.excinfo
         threaded = call.when == "call" and run_result_key in item.stash  # its threads tell
         if (
@@ -231,6 +231,18 @@ class Reporter:
             state.errors.append(
                 error_record(excinfo.value, threading.current_thread().name, self._diagnose)
             )
+
+    def _worth_settings(self, item: pytest.Item, state: TestState) -> bool:
+        """Settings are read where the body ran, but only for tests that will be reported."""
+        return _torch.torch_loaded() and (
+            self.everything
+            or _uses_plugin(item)
+            or bool(state.errors)
+            or (state.activity is not None and state.activity.happened())
+        )
+
+    def _settings_now(self) -> dict[str, Any]:
+        return settings_record(effective_settings(self.extra_keys()))
 
     def record_for(
         self,
@@ -256,15 +268,16 @@ class Reporter:
         errors += foreign_errors
         if activity is not None:
             errors += activity.divergences(marker_switches)
-        used_plugin = bool(PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ())))
         relevant = (
-            used_plugin
+            _uses_plugin(item)
             or thread_result is not None
             or errors
             or (activity is not None and activity.happened())
         )
         if not (relevant or self.everything):
             return None
+        if settings is None and _torch.torch_loaded():
+            settings = self._settings_now()
         record = {
             "nodeid": item.nodeid,
             "outcome": _test_outcome(state.outcomes),
@@ -361,6 +374,10 @@ class ReportWriter:
             "tests": [self.records[k] for k in sorted(self.records)],
             "summary": self.summary(),
         }
+
+
+def _uses_plugin(item: pytest.Item) -> bool:
+    return bool(PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ())))
 
 
 def phase_outcome(report: Any) -> str:

@@ -297,3 +297,21 @@ def test_settings_sources_from_the_environment(
             "  TORCHINDUCTOR_CUDAGRAPHS=1  (read by torch._inductor.config)",
         ]
     )
+
+
+def test_reporting_imports_nothing_by_itself(ourtester: pytest.Pytester) -> None:
+    ourtester.makeconftest(
+        """
+        import sys
+        import torch._inductor.config
+
+        WATCHED = ("torch._inductor.compile_fx", "torch._inductor.cudagraph_trees")
+
+        def pytest_unconfigure(config):
+            print("IMPORTED", [name for name in WATCHED if name in sys.modules])
+        """
+    )
+    ourtester.makepyfile("def test_plain():\n    pass\n")
+    result = ourtester.runpytest_subprocess("-s", "-p", "no:cacheprovider", "--cudagraph-report")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["IMPORTED []"])

@@ -1,0 +1,127 @@
+"""--cudagraph-report on a real GPU: recordings, replays, skips, TLS errors, per-thread config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import QUIET_INI
+from .drafters import drafter_suite
+from .test_gpu_threads import BEFORE_2_13
+
+
+@pytest.fixture
+def gpu_tester(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeini(QUIET_INI)
+    return pytester
+
+
+def records(path: Path) -> dict[str, dict[str, Any]]:
+    document = json.loads(path.read_text())
+    print(json.dumps(document, indent=1)[:6000])
+    return {r["nodeid"].rsplit("::", 1)[-1]: r for r in document["tests"]}
+
+
+def test_recordings_replays_and_a_skip_with_its_reason(gpu_tester: pytest.Pytester) -> None:
+    gpu_tester.makepyfile(
+        """
+        import torch
+
+        def step(x):
+            return torch.sin(x) * 2 + torch.cos(x)
+
+        def test_on_the_gpu():
+            compiled = torch.compile(step, mode="reduce-overhead")
+            x = torch.randn(1024, device="cuda")
+            for _ in range(4):
+                compiled(x)
+            torch.cuda.synchronize()
+
+        def test_cpu_tensor():
+            torch.compile(lambda x: torch.cos(x) + 1, mode="reduce-overhead")(torch.ones(8))
+        """
+    )
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
+    )
+    result.assert_outcomes(passed=2)
+    found = records(gpu_tester.path / "r.json")
+    gpu = found["test_on_the_gpu"]["activity"]
+    assert gpu["recorded"] >= 1
+    assert gpu["replays"] >= 1
+    assert gpu["cudagraphed_graphs"] >= 1
+    skips = found["test_cpu_tensor"]["activity"]["skips"]
+    assert len(skips) == 1
+    assert skips[0]["reason"].startswith("skipping cudagraphs due to")
+    assert found["test_cpu_tensor"]["settings"]["triton.cudagraphs"]["source"] == "compile"
+
+
+@pytest.mark.skipif(not BEFORE_2_13, reason="torch >= 2.13 creates the thread state itself")
+def test_tls_missing_in_the_report(gpu_tester: pytest.Pytester) -> None:
+    gpu_tester.makepyfile(drafter_suite(threads=2, tls="native"))
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report=json:r.json"
+    )
+    result.assert_outcomes(failed=1)
+    errors = records(gpu_tester.path / "r.json")["test_drafters"]["errors"]
+    assert {(e["kind"], e["type"]) for e in errors} == {("tls-missing", "AssertionError")}
+    assert all("ensure_cudagraph_tls()" in e["hint"] for e in errors)
+
+
+def test_eight_threads_record_and_replay_each(gpu_tester: pytest.Pytester) -> None:
+    gpu_tester.makepyfile(drafter_suite(threads=8, tls="init"))
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report=json:r.json"
+    )
+    result.assert_outcomes(passed=1)
+    record = records(gpu_tester.path / "r.json")["test_drafters"]
+    assert record["where"] == "thread x 8"
+    by_thread = record["activity"]["by_thread"]
+    assert sorted(by_thread) == [f"cudagraph-thread-{i}" for i in range(8)]
+    assert all(counts["recorded"] >= 1 and counts["replays"] >= 1 for counts in by_thread.values())
+
+
+def test_a_drafter_thread_compiling_without_the_main_threads_settings(
+    gpu_tester: pytest.Pytester,
+) -> None:
+    gpu_tester.makepyfile(
+        """
+        import threading
+        import torch
+
+        def test_drafter(cudagraphs):
+            def drafter():
+                compiled = torch.compile(lambda x: torch.sin(x) + 3)
+                x = torch.randn(256, device="cuda")
+                for _ in range(3):
+                    compiled(x)
+                torch.cuda.synchronize()
+            thread = threading.Thread(target=drafter, name="drafter-0")
+            thread.start()
+            thread.join()
+        """
+    )
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
+    )
+    outcomes = result.parseoutcomes()
+    record = records(gpu_tester.path / "r.json")["test_drafter"]
+    kinds = [e["kind"] for e in record["errors"]]
+    compiled = record["activity"]["compiled"]
+    print("drafter thread:", outcomes, kinds, compiled)
+    assert [c["thread"] for c in compiled] == ["drafter-0"]
+    if tuple(int(p) for p in torch_version().split(".")[:2]) >= (2, 12):
+        assert "config-divergence" in kinds
+        assert compiled[0]["cudagraphs"] is False
+    else:  # config is process-wide: the thread compiles with the main thread's settings
+        assert "config-divergence" not in kinds
+        assert compiled[0]["cudagraphs"] is True
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__.split("+")[0]
