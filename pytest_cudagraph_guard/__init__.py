@@ -12,13 +12,16 @@ from .leak_guard import CudagraphConfigLeakWarning
 
 if TYPE_CHECKING:
     from .diagnosis import Diagnosis, diagnose
+    from .settings import Setting, effective_settings
 
 __all__ = [
     "ConfigGuard",
     "ConfigKeyError",
     "CudagraphConfigLeakWarning",
     "Diagnosis",
+    "Setting",
     "diagnose",
+    "effective_settings",
     "ensure_cudagraph_tls",
 ]
 
@@ -39,4 +42,8 @@ def __getattr__(name: str) -> Any:
         from . import diagnosis
 
         return getattr(diagnosis, name)
+    if name in ("Setting", "effective_settings"):
+        from . import settings
+
+        return getattr(settings, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,7 +41,7 @@ def _source(
     if raw.hidden:
         return "test"
     provenance = config.provenance(key)
-    if provenance == "override":
+    if provenance == "override" and not _copy_of_default(raw):
         return "test"
     for name in names.get(key, []):
         if name in os.environ and (
@@ -49,6 +49,11 @@ def _source(
         ):
             return f"env:{name}"
     return "default"
+
+
+def _copy_of_default(raw: _torch.RawEntry) -> bool:
+    """torch (2.6+) copies a list/dict/set default into the override when it is first read."""
+    return _torch.is_mutable(raw.default) and not _torch.values_differ(raw.override, raw.default)
 
 
 def _env_value(name: str) -> Any:

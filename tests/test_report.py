@@ -20,6 +20,7 @@ import torch._inductor.cudagraph_trees as cgt
 
 def test_uses_the_fixture(inductor_config):
     inductor_config["triton.cudagraph_trees"] = False
+    assert inductor_config["cudagraph_unsafe_unbacked_ops"] == []  # a read copies the default
 
 def test_plain():
     pass
@@ -87,6 +88,10 @@ def test_json_and_markdown_files(ourtester: pytest.Pytester) -> None:
     assert fixture["settings"]["triton.cudagraph_trees"] == {"value": False, "source": "test"}
     assert fixture["settings"]["triton.cudagraphs"] == {"value": False, "source": "default"}
     assert "triton.cudagraph_skip_dynamic_graphs" in fixture["settings"]
+    assert fixture["settings"]["cudagraph_unsafe_unbacked_ops"] == {
+        "value": [],
+        "source": "default",
+    }
     error = records["test_own_thread_fails"]["errors"][0]
     assert set(error) == {"thread", "type", "message", "kind", "hint", "traceback"}
     assert (error["thread"], error["kind"]) == ("drafter-7", "capture-conflict")
@@ -315,3 +320,21 @@ def test_reporting_imports_nothing_by_itself(ourtester: pytest.Pytester) -> None
     result = ourtester.runpytest_subprocess("-s", "-p", "no:cacheprovider", "--cudagraph-report")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["IMPORTED []"])
+
+
+def test_effective_settings_api() -> None:
+    import contextvars
+
+    import torch._inductor.config as ic
+
+    import pytest_cudagraph_guard as g
+
+    assert g.effective_settings()["triton.cudagraphs"] == g.Setting(False, "default")
+
+    def in_a_thread_context() -> object:
+        ic.triton.cudagraphs = True
+        return g.effective_settings(["max_autotune"])
+
+    found = contextvars.copy_context().run(in_a_thread_context)
+    assert found["triton.cudagraphs"] == g.Setting(True, "test")
+    assert found["max_autotune"] == g.Setting(False, "default")

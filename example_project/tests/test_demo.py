@@ -1,5 +1,6 @@
 """A demo suite for the plugin's config guards (the full drafter example follows)."""
 
+import pytest
 import torch
 import torch._inductor.config as inductor_config_module
 
@@ -20,3 +21,9 @@ def test_compiled_step_with_a_patched_config(inductor_config):
             step(torch.ones(4)), torch.sin(torch.ones(4)) * 2 + torch.cos(torch.ones(4))
         )
     assert inductor_config.changes() == {}
+
+
+@pytest.mark.cudagraph_thread(threads=4, tls="init")
+def test_drafter_steps_in_four_threads():
+    step = torch.compile(lambda x: x * 2 + 1, backend="eager")
+    assert torch.equal(step(torch.ones(4)), torch.full((4,), 3.0))
