@@ -36,39 +36,24 @@ CUDAGRAPH_SWITCHES: Final = ("triton.cudagraphs", "triton.cudagraph_trees")
 _IMMUTABLE_TYPES: Final = (int, float, bool, type(None), str, tuple, bytes, frozenset)
 
 
-class _Unset:
-    """Stands for "no user override" across every layout."""
+class _Sentinel:
+    """A named marker value that copies to itself."""
 
-    _instance: _Unset | None = None
-
-    def __new__(cls) -> _Unset:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    def __init__(self, label: str) -> None:
+        self._label = label
 
     def __repr__(self) -> str:
-        return "<unset>"
+        return self._label
 
-    def __deepcopy__(self, memo: dict[int, object]) -> _Unset:
+    def __copy__(self) -> _Sentinel:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _Sentinel:
         return self
 
 
-class _Hidden:
-    """The effective value of a key hidden by ``del`` (reads raise AttributeError)."""
-
-    _instance: _Hidden | None = None
-
-    def __new__(cls) -> _Hidden:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "<deleted>"
-
-
-UNSET: Final = _Unset()
-HIDDEN: Final = _Hidden()
+UNSET: Final = _Sentinel("<unset>")  # no user override, in every layout
+HIDDEN: Final = _Sentinel("<deleted>")  # the effective value of a key hidden by ``del``
 
 
 class TorchNotInstalled(ImportError):

@@ -20,24 +20,24 @@ def open_guard(module_name: str) -> ConfigGuard:
         pytest.skip("torch is not installed")
 
 
-@pytest.fixture
-def inductor_config() -> Iterator[ConfigGuard]:
-    """``torch._inductor.config``, restored after the test whatever its outcome."""
-    guard = open_guard(_torch.INDUCTOR_CONFIG)
+def _guarded(module_name: str) -> Iterator[ConfigGuard]:
+    guard = open_guard(module_name)
     try:
         yield guard
     finally:
         guard.restore()
+
+
+@pytest.fixture
+def inductor_config() -> Iterator[ConfigGuard]:
+    """``torch._inductor.config``, restored after the test whatever its outcome."""
+    yield from _guarded(_torch.INDUCTOR_CONFIG)
 
 
 @pytest.fixture
 def dynamo_config() -> Iterator[ConfigGuard]:
     """``torch._dynamo.config``, restored after the test whatever its outcome."""
-    guard = open_guard(_torch.DYNAMO_CONFIG)
-    try:
-        yield guard
-    finally:
-        guard.restore()
+    yield from _guarded(_torch.DYNAMO_CONFIG)
 
 
 @pytest.fixture
