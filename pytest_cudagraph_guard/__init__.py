@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .config_guard import ConfigGuard, ConfigKeyError
-from .leak_guard import CudagraphConfigLeakWarning
+from .leak_guard import CudagraphConfigLeakWarning, CudagraphGuardWarning
 
 if TYPE_CHECKING:
     from .diagnosis import Diagnosis, diagnose
@@ -18,6 +18,7 @@ __all__ = [
     "ConfigGuard",
     "ConfigKeyError",
     "CudagraphConfigLeakWarning",
+    "CudagraphGuardWarning",
     "Diagnosis",
     "Setting",
     "diagnose",

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import pytest
 
 from . import _torch
 from .config_state import Change, QuickCheck, Snapshot, absorb, restore
+
+T = TypeVar("T")
 
 GUARD_MODES: Final = ("restore", "warn", "fail", "off")
 DEFAULT_GUARD_MODE: Final = "warn"
@@ -18,6 +20,11 @@ DEFAULT_GUARD_MODE: Final = "warn"
 
 class CudagraphConfigLeakWarning(UserWarning):
     """A test changed torch's cudagraph-related config or environment and left it changed."""
+
+
+class CudagraphGuardWarning(UserWarning):
+    """The guard could not read or restore torch's config (an unknown torch layout, say) and
+    has turned itself off for the rest of the session."""
 
 
 def leak_message(nodeid: str, changes: list[Change], restored: bool) -> str:
@@ -40,13 +47,32 @@ class LeakGuard:
         self._baseline: Snapshot | None = None
         self._quick: QuickCheck | None = None
         self._counted: dict[int, Any] = {}
+        self.disabled = False
+
+    def _safely(self, action: Callable[[], T]) -> T | None:
+        """Runs a step of the guard; a failure turns the guard off with a warning, never
+        failing the test or the session."""
+        if self.disabled:
+            return None
+        try:
+            return action()
+        except Exception as exc:
+            self.disabled = True
+            warnings.warn(
+                CudagraphGuardWarning(
+                    f"cudagraph_guard could not check torch's config ({type(exc).__name__}: "
+                    f"{exc}); leaks are not checked for the rest of this session"
+                ),
+                stacklevel=1,
+            )
+            return None
 
     def before_tests(self) -> None:
         """Takes the baseline once collection (and module-level code) is done."""
-        self._rebaseline()
+        self._safely(self._rebaseline)
 
     def after_test(self, item: pytest.Item, *, may_fail: bool = True) -> None:
-        changes = self._leaked_changes()
+        changes = self._safely(self._leaked_changes) or []
         if not changes:
             return
         message = leak_message(item.nodeid, changes, restored=True)
@@ -70,13 +96,18 @@ class LeakGuard:
             if pending:
                 self._absorb(pending.pop(), Snapshot.take())
 
-        fixturedef.addfinalizer(after_teardown)
-        before = Snapshot.take()
+        if self.disabled:
+            yield
+            return
+        fixturedef.addfinalizer(lambda: self._safely(after_teardown))
+        before = self._safely(Snapshot.take)
         try:
             yield
         finally:
-            self._absorb(before, Snapshot.take())
-            fixturedef.addfinalizer(lambda: pending.append(Snapshot.take()))
+            after = self._safely(Snapshot.take)
+            if before is not None and after is not None:
+                self._safely(lambda: self._absorb(before, after))
+            fixturedef.addfinalizer(lambda: self._safely(lambda: pending.append(Snapshot.take())))
 
     def close(self) -> None:
         for module in self._counted.values():

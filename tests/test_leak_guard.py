@@ -312,3 +312,44 @@ def test_tests_that_change_nothing_cost_no_snapshot(
     result.assert_outcomes(passed=51)
     # one baseline of two modules, then one restore and one new baseline for the leak
     result.stdout.fnmatch_lines(["SNAPSHOTS=6"])
+
+
+def test_a_guard_that_cannot_read_torch_turns_off_with_a_warning(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makeconftest(
+        """
+        import torch._inductor.config
+        from pytest_cudagraph_guard import _torch
+
+        original = _torch.ConfigAccess.snapshot
+
+        def unknown_layout(self):
+            raise RuntimeError("a torch config layout this plugin does not know")
+
+        def pytest_configure(config):
+            _torch.ConfigAccess.snapshot = unknown_layout
+
+        def pytest_unconfigure(config):
+            _torch.ConfigAccess.snapshot = original
+        """
+    )
+    ourtester.makepyfile(
+        """
+        import torch._inductor.config as ic
+
+        def test_leaks():
+            ic.max_autotune = True
+
+        def test_later():
+            ic.max_autotune = False
+        """
+    )
+    result = ourtester.runpytest("--cudagraph-guard=fail")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*CudagraphGuardWarning: cudagraph_guard could not check torch's config "
+            "(RuntimeError: a torch config layout this plugin does not know)*",
+        ]
+    )
