@@ -193,7 +193,7 @@ class ConfigAccess:
             entry.user_override = stored
         if values_differ(entry.default, raw.default):
             entry.default = copy_value(raw.default)
-        if hasattr(entry, "hide"):
+        if getattr(entry, "hide", raw.hidden) != raw.hidden:  # each write counts as a change
             entry.hide = raw.hidden
 
     def effective(self, key: str, raw: RawEntry | None = None) -> Any:

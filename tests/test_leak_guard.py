@@ -279,39 +279,50 @@ def test_same_warnings_under_xdist(ourtester: pytest.Pytester) -> None:
     )
 
 
+SNAPSHOT_COUNTING_CONFTEST = """
+import torch._inductor.config
+import torch._inductor.cudagraph_trees
+from pytest_cudagraph_guard import _torch
+
+SNAPSHOTS = []
+original = _torch.ConfigAccess.snapshot
+
+def counting(self):
+    SNAPSHOTS.append(self.name)
+    return original(self)
+
+def pytest_configure(config):
+    _torch.ConfigAccess.snapshot = counting
+
+def pytest_unconfigure(config):
+    _torch.ConfigAccess.snapshot = original
+    print(f"SNAPSHOTS={len(SNAPSHOTS)}")
+"""
+
+
+@pytest.mark.parametrize(
+    ("marker", "expected"),
+    [
+        # one baseline of two modules, then one restore and one new baseline for the leak
+        pytest.param("", 6, id="plain"),
+        # the same: the marker's threads leave nothing for the guard to look at
+        pytest.param("@pytest.mark.cudagraph_thread\n", 6, id="cudagraph_thread"),
+    ],
+)
 def test_tests_that_change_nothing_cost_no_snapshot(
-    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, marker: str, expected: int
 ) -> None:
     monkeypatch.delenv("PYTEST_CURRENT_TEST")  # as in a session that is not nested in another
-    ourtester.makeconftest(
-        """
-        import torch._inductor.config
-        from pytest_cudagraph_guard import _torch
-
-        SNAPSHOTS = []
-        original = _torch.ConfigAccess.snapshot
-
-        def counting(self):
-            SNAPSHOTS.append(self.name)
-            return original(self)
-
-        def pytest_configure(config):
-            _torch.ConfigAccess.snapshot = counting
-
-        def pytest_unconfigure(config):
-            _torch.ConfigAccess.snapshot = original
-            print(f"SNAPSHOTS={len(SNAPSHOTS)}")
-        """
-    )
+    ourtester.makeconftest(SNAPSHOT_COUNTING_CONFTEST)
     ourtester.makepyfile(
-        "".join(f"def test_{i}():\n    pass\n" for i in range(50))
+        "import pytest\n"
+        + "".join(f"{marker}def test_{i}():\n    pass\n" for i in range(50))
         + "def test_leak():\n    import torch._inductor.config as ic\n"
         + "    ic.max_autotune = True\n"
     )
     result = ourtester.runpytest_subprocess("-s", "--cudagraph-guard=restore")
     result.assert_outcomes(passed=51)
-    # one baseline of two modules, then one restore and one new baseline for the leak
-    result.stdout.fnmatch_lines(["SNAPSHOTS=6"])
+    result.stdout.fnmatch_lines([f"SNAPSHOTS={expected}"])
 
 
 def test_a_guard_that_cannot_read_torch_turns_off_with_a_warning(
