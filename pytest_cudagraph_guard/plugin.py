@@ -244,13 +244,16 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
 
 
 def _report_formats(config: pytest.Config) -> list[ReportFormat]:
+    values = [str(v) for v in config.getoption("cudagraph_report") or []]
+    origin = "--cudagraph-report"
+    if not values:
+        values = [str(v) for v in config.getini("cudagraph_report")]
+        origin = "ini option cudagraph_report"
+    if not values:
+        return []
     from .report import parse_formats
 
-    values = config.getoption("cudagraph_report")
-    if values:
-        return parse_formats([str(v) for v in values], "--cudagraph-report")
-    ini = [str(v) for v in config.getini("cudagraph_report")]
-    return parse_formats(ini, "ini option cudagraph_report") if ini else []
+    return parse_formats(values, origin)
 
 
 def _after_test(item: pytest.Item, guard: LeakGuard | None, *, may_fail: bool) -> None:
