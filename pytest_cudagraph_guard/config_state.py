@@ -118,11 +118,6 @@ def _effective_changes(diffs: list[_KeyDiff]) -> list[Change]:
     return changes
 
 
-def changes_between(before: Snapshot, after: Snapshot) -> list[Change]:
-    """Every setting whose effective value differs, config keys first, then variables."""
-    return _effective_changes(_module_diffs(before, after)) + _env_changes(before, after)
-
-
 def restore(before: Snapshot, *, include_env: bool = True) -> list[Change]:
     """Puts the state of ``before`` back; returns what differed in effect."""
     after = Snapshot.take()
