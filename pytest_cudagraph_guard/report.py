@@ -424,7 +424,8 @@ def _environment() -> dict[str, Any]:
     except _torch.TorchNotInstalled:
         import platform
 
-        return {"python": platform.python_version(), "torch": None}
+        found: dict[str, Any] = dict.fromkeys(("torch", "triton", "cuda", "driver"))
+        return {"python": platform.python_version(), **found, "gpus": []}
 
 
 # --- formats ----------------------------------------------------------------------------------

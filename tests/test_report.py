@@ -338,3 +338,16 @@ def test_effective_settings_api() -> None:
     found = contextvars.copy_context().run(in_a_thread_context)
     assert found["triton.cudagraphs"] == g.Setting(True, "test")
     assert found["max_autotune"] == g.Setting(False, "default")
+
+
+def test_a_report_without_torch(ourtester: pytest.Pytester) -> None:
+    ourtester.makeconftest('import sys\nsys.modules["torch"] = None\n')
+    ourtester.makepyfile("def test_guarded(inductor_config):\n    pass\n")
+    result = ourtester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report=json:r.json", "--cudagraph-report"
+    )
+    result.assert_outcomes(skipped=1)
+    document = load(ourtester.path / "r.json")
+    assert document["environment"]["torch"] is None
+    assert set(document["environment"]) == {"python", "torch", "triton", "cuda", "driver", "gpus"}
+    assert [(r["outcome"], r["settings"]) for r in document["tests"]] == [("skipped", {})]
