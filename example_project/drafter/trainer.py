@@ -1,0 +1,126 @@
+"""Trains each drafter in its own thread to match the target's distribution (distillation).
+
+Each drafter's step is compiled with ``torch.compile``: ``mode="reduce-overhead"`` (CUDA graphs)
+on CUDA, a CPU-friendly backend elsewhere. The fixes the plugin's report names are options, so
+the broken and the fixed pipeline can both be run:
+
+- ``ready_thread_state``: call ``ensure_cudagraph_tls()`` first in each drafter thread (torch
+  before 2.13 creates CUDAGraph Trees state only in the main thread and autograd's threads);
+- ``carry_config``: start each thread in a copy of the caller's ``contextvars`` context, so that
+  config set by the caller is in effect there (torch >= 2.12 keeps overrides per thread);
+- ``serialize_first_steps``: take a lock around each drafter's first steps, where it warms up and
+  captures (torch before 2.13 does not serialize captures across threads).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .models import Drafter, TargetModel
+
+WARMUP_STEPS = 3  # reduce-overhead warms up, records, then replays
+
+
+@dataclass(frozen=True)
+class TrainerOptions:
+    drafters: int = 4
+    steps: int = 5
+    batch: int = 32
+    seq: int = 8
+    lr: float = 0.05
+    ready_thread_state: bool = False
+    carry_config: bool = False
+    serialize_first_steps: bool = False
+    device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
+
+
+def compile_step(step: Callable[..., torch.Tensor], device: str) -> Callable[..., torch.Tensor]:
+    if device == "cuda":
+        return torch.compile(step, mode="reduce-overhead")
+    return torch.compile(step, backend="eager")
+
+
+class DrafterTrainer:
+    def __init__(self, options: TrainerOptions, seed: int = 0) -> None:
+        self.options = options
+        generator = torch.Generator().manual_seed(seed)
+        self.target = TargetModel().to(options.device).eval()
+        self.drafters = [Drafter().to(options.device) for _ in range(options.drafters)]
+        self.batches = [
+            torch.randint(0, 64, (options.batch, options.seq), generator=generator).to(
+                options.device
+            )
+            for _ in range(options.steps)
+        ]
+        self.losses: dict[int, list[float]] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.cudagraphs_seen: dict[int, bool] = {}  # triton.cudagraphs as each thread saw it
+        self._first_steps = threading.Lock()
+
+    def train_drafter(self, index: int) -> list[float]:
+        """Distils the target into drafter ``index``; returns its loss at each step."""
+        if self.options.ready_thread_state:
+            import pytest_cudagraph_guard
+
+            pytest_cudagraph_guard.ensure_cudagraph_tls()
+        import torch._inductor.config as inductor_config
+
+        self.cudagraphs_seen[index] = bool(inductor_config.triton.cudagraphs)
+        drafter = self.drafters[index]
+        optimizer = torch.optim.SGD(drafter.parameters(), lr=self.options.lr)
+
+        def logits(tokens: torch.Tensor) -> torch.Tensor:
+            return drafter(tokens)
+
+        forward = compile_step(logits, self.options.device)
+        losses = []
+        for step, tokens in enumerate(self.batches):
+            with torch.no_grad():
+                wanted = F.softmax(self.target(tokens), dim=-1)
+            if self.options.serialize_first_steps and step < WARMUP_STEPS:
+                with self._first_steps:
+                    predicted = forward(tokens).clone()
+            else:
+                predicted = forward(tokens).clone()
+            loss = F.kl_div(F.log_softmax(predicted, -1), wanted, reduction="batchmean")
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        return losses
+
+    def run(self) -> dict[int, list[float]]:
+        """Trains every drafter, each in its own thread; raises the first error after all end."""
+        threads = []
+        for index in range(self.options.drafters):
+            target = self._thread_body(index)
+            if self.options.carry_config:
+                target = _in_copied_context(target)
+            threads.append(threading.Thread(target=target, name=f"drafter-{index}"))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if self.errors:
+            raise next(iter(self.errors.values()))
+        return self.losses
+
+    def _thread_body(self, index: int) -> Callable[[], None]:
+        def body() -> None:
+            try:
+                self.losses[index] = self.train_drafter(index)
+            except BaseException as exc:
+                self.errors[index] = exc
+
+        return body
+
+
+def _in_copied_context(body: Callable[[], None]) -> Callable[[], None]:
+    context = contextvars.copy_context()
+    return lambda: context.run(body)
