@@ -147,7 +147,7 @@ class ConfigAccess:
     def keys(self) -> list[str]:
         """Every key that holds its own value (aliases of other settings are left out)."""
         if self.layout == "plain":
-            return [k for k in self._pristine_keys]
+            return list(self._pristine_keys)
         return [k for k in self._config if k not in self._alias_keys]
 
     def has_key(self, key: str) -> bool:
@@ -169,12 +169,13 @@ class ConfigAccess:
         override = self._read_override(entry)
         return RawEntry(override, entry.default, bool(getattr(entry, "hide", False)))
 
+    def saved(self, key: str) -> RawEntry:
+        """``raw(key)`` with its mutable values copied, to put back later as it is now."""
+        raw = self.raw(key)
+        return RawEntry(copy_value(raw.override), copy_value(raw.default), raw.hidden)
+
     def snapshot(self) -> dict[str, RawEntry]:
-        snap = {}
-        for key in self.keys():
-            raw = self.raw(key)
-            snap[key] = RawEntry(copy_value(raw.override), copy_value(raw.default), raw.hidden)
-        return snap
+        return {key: self.saved(key) for key in self.keys()}
 
     def write(self, key: str, raw: RawEntry) -> None:
         """Puts ``raw`` back under ``key``, bypassing the module's attribute protocol."""
@@ -281,10 +282,9 @@ class ConfigAccess:
 
 def _layout_of(module: ModuleType) -> str:
     for entry in module.__dict__["_config"].values():
-        override = getattr(entry, "user_override", None)
-        if override is None and not hasattr(entry, "user_override"):
+        if not hasattr(entry, "user_override"):
             return "plain"
-        return "ctxvar" if isinstance(override, ContextVar) else "entry"
+        return "ctxvar" if isinstance(entry.user_override, ContextVar) else "entry"
     return "plain"
 
 
@@ -584,10 +584,40 @@ def release_cudagraph_tls() -> None:
 # "Detected that you are using FX to symbolically trace a dynamo-optimized function". Functions
 # that ``torch.compile`` wrapped before the run keep the check they captured then.
 
+
+class _Patches:
+    """Attributes of torch replaced for a while, put back unless someone replaced them since."""
+
+    def __init__(self) -> None:
+        self._applied: list[tuple[object, str, Any, Any]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._applied)
+
+    def apply(self, owner: object, name: str, wrap: Callable[[Any], Any]) -> None:
+        original = _attribute(owner, name)
+        if original is None or not callable(original):
+            return
+        replacement = wrap(original)
+        self._applied.append((owner, name, original, replacement))
+        setattr(owner, name, replacement)
+
+    def undo(self) -> None:
+        while self._applied:
+            owner, name, original, replacement = self._applied.pop()
+            if _attribute(owner, name) is replacement:
+                setattr(owner, name, original)
+
+
+def _attribute(owner: object, name: str) -> Any:
+    """A class's own attribute (not an inherited one), or a module's."""
+    return owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+
+
 _capture_lock = threading.RLock()
 _readiness_users = [0]
 _SERIALIZED_METHODS: Final = ("__init__", "run_eager", "record_function")
-_saved: list[tuple[object, str, Any, Any]] = []
+_readiness_patches = _Patches()
 
 
 def _locked(method: Any) -> Any:
@@ -616,12 +646,6 @@ def _per_thread(is_fx_symbolic_tracing: Any, trace_code: Any) -> Any:
     return in_this_thread
 
 
-def _patch(owner: object, name: str, replacement: Any) -> None:
-    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-    _saved.append((owner, name, original, replacement))
-    setattr(owner, name, replacement)
-
-
 def start_thread_readiness() -> None:
     """Applies what ``tls="init"`` adds to torch (see above); a no-op for nested users."""
     trees = import_cudagraph_trees()
@@ -629,14 +653,13 @@ def start_thread_readiness() -> None:
     if _readiness_users[0] > 1:
         return
     if not serializes_captures(trees):
-        manager = trees.CUDAGraphTreeManager
         for name in _SERIALIZED_METHODS:
-            _patch(manager, name, _locked(manager.__dict__[name]))
+            _readiness_patches.apply(trees.CUDAGraphTreeManager, name, _locked)
     tracing = importlib.import_module("torch.fx._symbolic_trace")
-    check = getattr(tracing, "is_fx_symbolic_tracing", None)
-    if check is not None:
-        trace_code = inspect.unwrap(tracing.Tracer.trace).__code__
-        _patch(tracing, "is_fx_symbolic_tracing", _per_thread(check, trace_code))
+    trace_code = inspect.unwrap(tracing.Tracer.trace).__code__
+    _readiness_patches.apply(
+        tracing, "is_fx_symbolic_tracing", lambda check: _per_thread(check, trace_code)
+    )
 
 
 def stop_thread_readiness() -> None:
@@ -644,11 +667,7 @@ def stop_thread_readiness() -> None:
         return
     _readiness_users[0] -= 1
     if _readiness_users[0] == 0:
-        while _saved:
-            owner, name, original, replacement = _saved.pop()
-            current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
-            if current is replacement:  # unless someone has replaced it since
-                setattr(owner, name, original)
+        _readiness_patches.undo()
 
 
 def cuda_visible() -> bool:
@@ -684,25 +703,30 @@ def config_is_process_wide() -> bool:
 
 # --- where a setting's value comes from ------------------------------------------------------
 
-_env_names_cache: dict[str, dict[str, list[str]]] = {}
+ENV_NAME_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_")
 
 
-def env_names(config: ConfigAccess) -> dict[str, list[str]]:
-    """``{dotted key: [environment variables]}`` that torch reads for a key, found in the config
-    module's source: ``Config(env_name_default=..., env_name_force=...)`` and the import-time
-    ``os.environ.get("NAME") == "1"`` defaults. Parsed once per module."""
-    cached = _env_names_cache.get(config.name)
-    if cached is None:
-        cached = _env_names_from_source(config.module)
-        _env_names_cache[config.name] = cached
-    return cached
-
-
-def _env_names_from_source(module: ModuleType) -> dict[str, list[str]]:
+@functools.cache
+def _source_tree(module_name: str) -> ast.Module:
+    """A torch module's parsed source, once per module (empty where it cannot be read)."""
     try:
-        tree = ast.parse(inspect.getsource(module))
-    except (OSError, TypeError, SyntaxError):
-        return {}
+        return ast.parse(inspect.getsource(sys.modules[module_name]))
+    except (KeyError, OSError, TypeError, SyntaxError):
+        return ast.Module(body=[], type_ignores=[])
+
+
+def _variable_names(node: ast.AST) -> list[str]:
+    return [
+        leaf.value
+        for leaf in ast.walk(node)
+        if isinstance(leaf, ast.Constant)
+        and isinstance(leaf.value, str)
+        and leaf.value.startswith(ENV_NAME_PREFIXES)
+    ]
+
+
+@functools.cache
+def _env_names_by_key(module_name: str) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
 
     def visit(body: list[ast.stmt], prefix: str) -> None:
@@ -711,42 +735,24 @@ def _env_names_from_source(module: ModuleType) -> dict[str, list[str]]:
                 visit(node.body, f"{prefix}{node.name}.")
                 continue
             target, value = _assignment(node)
-            if target is None or value is None:
-                continue
-            names = [
-                leaf.value
-                for leaf in ast.walk(value)
-                if isinstance(leaf, ast.Constant)
-                and isinstance(leaf.value, str)
-                and leaf.value.startswith(("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_"))
-            ]
-            if names:
+            if target is not None and value is not None and (names := _variable_names(value)):
                 found[prefix + target] = names
 
-    visit(tree.body, "")
+    visit(_source_tree(module_name).body, "")
     return found
 
 
-_variables_cache: dict[str, frozenset[str]] = {}
+def env_names(config: ConfigAccess) -> dict[str, list[str]]:
+    """``{dotted key: [environment variables]}`` that torch reads for a key, found in the config
+    module's source: ``Config(env_name_default=..., env_name_force=...)`` and the import-time
+    ``os.environ.get("NAME") == "1"`` defaults."""
+    return _env_names_by_key(config.name)
 
 
-def env_variables_read(module: ModuleType) -> frozenset[str]:
+@functools.cache
+def env_variables_read(module_name: str) -> frozenset[str]:
     """Every ``TORCHINDUCTOR_*``/``TORCHDYNAMO_*``/``TORCH_*`` name in a module's source."""
-    cached = _variables_cache.get(module.__name__)
-    if cached is None:
-        try:
-            tree = ast.parse(inspect.getsource(module))
-        except (OSError, TypeError, SyntaxError):
-            tree = ast.Module(body=[], type_ignores=[])
-        cached = frozenset(
-            leaf.value
-            for leaf in ast.walk(tree)
-            if isinstance(leaf, ast.Constant)
-            and isinstance(leaf.value, str)
-            and leaf.value.startswith(("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_"))
-        )
-        _variables_cache[module.__name__] = cached
-    return cached
+    return frozenset(_variable_names(_source_tree(module_name)))
 
 
 def _assignment(node: ast.stmt) -> tuple[str | None, ast.expr | None]:
@@ -764,7 +770,7 @@ def _assignment(node: ast.stmt) -> tuple[str | None, ast.expr | None]:
 
 Observer = Callable[[str, dict[str, Any]], None]
 _observers: list[Observer] = []
-_observation_patches: list[tuple[object, str, Any, Any]] = []
+_observation_patches = _Patches()
 _in_manager_init = threading.local()
 
 
@@ -809,9 +815,9 @@ def _observed_graph_method(method: Any) -> Any:
 
     @functools.wraps(method)
     def method_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        before = _skip_count()
+        before = skip_count()
         result = method(self, *args, **kwargs)
-        if _skip_count() > before and _skipped_graphs.get(id(self)) is not self:
+        if skip_count() > before and _skipped_graphs.get(id(self)) is not self:
             _skipped_graphs[id(self)] = self  # torch may count one graph's skip twice
             reason = getattr(self, "disabled_cudagraphs_reason", None) or "unknown"
             if not str(reason).startswith("skipping cudagraphs"):
@@ -856,44 +862,31 @@ def _observed_replay(replay: Any) -> Any:
 
 def skip_count() -> int:
     """torch's own count of cudagraph skips (``counters["inductor"]["cudagraph_skips"]``)."""
-    return _skip_count()
-
-
-def _skip_count() -> int:
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
         return 0
     return int(utils.counters["inductor"]["cudagraph_skips"])
 
 
-def _observe(owner: object, name: str, wrap: Callable[[Any], Any]) -> None:
-    original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
-    if original is None or not callable(original):
-        return
-    replacement = wrap(original)
-    _observation_patches.append((owner, name, original, replacement))
-    setattr(owner, name, replacement)
-
-
 def _patch_compile_fx(module: ModuleType) -> None:
-    _observe(module, "compile_fx", _observed_compile_fx)
-    _observe(module, "cudagraphify", _observed_cudagraphify)
+    _observation_patches.apply(module, "compile_fx", _observed_compile_fx)
+    _observation_patches.apply(module, "cudagraphify", _observed_cudagraphify)
 
 
 def _patch_compiled_graph(module: ModuleType) -> None:
     graph = getattr(module, "CompiledFxGraph", None)
     if isinstance(graph, type) and "post_compile" in graph.__dict__:
-        _observe(graph, "__init__", _observed_graph_method)
-        _observe(graph, "post_compile", _observed_graph_method)
+        _observation_patches.apply(graph, "__init__", _observed_graph_method)
+        _observation_patches.apply(graph, "post_compile", _observed_graph_method)
 
 
 def _patch_trees(module: ModuleType) -> None:
-    _observe(module.CUDAGraphTreeManager, "__init__", _observed_manager_init)
+    _observation_patches.apply(module.CUDAGraphTreeManager, "__init__", _observed_manager_init)
 
 
 def _patch_graphs(module: ModuleType) -> None:
-    _observe(module.CUDAGraph, "capture_end", _observed_capture_end)
-    _observe(module.CUDAGraph, "replay", _observed_replay)
+    _observation_patches.apply(module.CUDAGraph, "capture_end", _observed_capture_end)
+    _observation_patches.apply(module.CUDAGraph, "replay", _observed_replay)
 
 
 # Each module is wrapped when it is imported (or at once if it is already): observing never
@@ -963,11 +956,7 @@ def stop_observing(observer: Observer) -> None:
     if _finder in sys.meta_path:
         sys.meta_path.remove(_finder)
     _observed_names.clear()
-    while _observation_patches:
-        owner, name, original, replacement = _observation_patches.pop()
-        current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
-        if current is replacement:
-            setattr(owner, name, original)
+    _observation_patches.undo()
 
 
 def _try_import(name: str) -> ModuleType | None:

@@ -8,7 +8,7 @@ from types import ModuleType
 from typing import Any
 
 from . import _torch
-from ._torch import ConfigAccess, RawEntry
+from ._torch import ConfigAccess
 
 
 class ConfigKeyError(KeyError):
@@ -63,7 +63,7 @@ class ConfigGuard:
         wanted = {**(changes or {}), **kwargs}
         for key in wanted:
             self._check(key)
-        saved = {key: self._saved(key) for key in wanted}
+        saved = {key: self._config.saved(key) for key in wanted}
         try:
             self.update(wanted)
             yield
@@ -97,10 +97,6 @@ class ConfigGuard:
     def __repr__(self) -> str:
         changed = ", ".join(sorted(self.changes())) or "no changes"
         return f"<ConfigGuard {self._config.name}: {changed}>"
-
-    def _saved(self, key: str) -> RawEntry:
-        raw = self._config.raw(key)
-        return RawEntry(_torch.copy_value(raw.override), raw.default, raw.hidden)
 
     def _check(self, key: str) -> None:
         if isinstance(key, str) and self._config.has_key(key):

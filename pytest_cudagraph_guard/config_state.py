@@ -122,26 +122,20 @@ def restore(before: Snapshot, *, include_env: bool = True) -> list[Change]:
     """Puts the state of ``before`` back; returns what differed in effect."""
     after = Snapshot.take()
     diffs = _module_diffs(before, after)
-    changes = _effective_changes(diffs)
-    if include_env:
-        changes += _env_changes(before, after)
+    env_changes = _env_changes(before, after) if include_env else []
+    changes = _effective_changes(diffs) + env_changes
     touched: dict[str, ConfigAccess] = {}
     for diff in diffs:
         diff.config.write(diff.key, diff.before)
         touched[diff.config.name] = diff.config
     for cfg in touched.values():
         cfg.mark_dirty()
-    if include_env:
-        _restore_env(before, after)
-    return changes
-
-
-def _restore_env(before: Snapshot, after: Snapshot) -> None:
-    for key in _env_keys_changed(before, after):
-        if key in before.env:
-            os.environ[key] = before.env[key]
+    for change in env_changes:
+        if change.before == ENV_UNSET:
+            os.environ.pop(change.key, None)
         else:
-            os.environ.pop(key, None)
+            os.environ[change.key] = change.before
+    return changes
 
 
 def absorb(baseline: Snapshot, before: Snapshot, after: Snapshot) -> None:

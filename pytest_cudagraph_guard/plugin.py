@@ -13,7 +13,14 @@ import pytest
 from . import _torch, hookspecs
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
-from .markers import THREAD_MARKER, THREAD_MARKER_DOC, MarkerError, describe_error, thread_options
+from .markers import (
+    THREAD_MARKER,
+    THREAD_MARKER_DOC,
+    MarkerError,
+    ThreadOptions,
+    describe_error,
+    thread_options,
+)
 
 if TYPE_CHECKING:
     from .report import Reporter, ReportFormat
@@ -25,7 +32,7 @@ __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 leak_guard_key = pytest.StashKey[LeakGuard]()
 thread_watch_key = pytest.StashKey[Any]()
 foreign_errors_key = pytest.StashKey[list[dict[str, Any]]]()
-thread_mark_key = pytest.StashKey[pytest.Mark]()
+thread_options_key = pytest.StashKey[ThreadOptions]()
 reporter_key = pytest.StashKey["Reporter"]()
 
 
@@ -142,12 +149,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if mark is None:
         return
     try:
+        options = thread_options(mark)  # again: a marker may have been added after collection
+    except MarkerError as error:
+        pytest.fail(describe_error(item.nodeid, THREAD_MARKER, error), pytrace=False)
+    try:
         _torch.import_torch()
     except _torch.TorchNotInstalled:
         pytest.skip("torch is not installed")
-    if mark.kwargs.get("require_cuda") is True and not _torch.cuda_visible():
+    if options.require_cuda and not _torch.cuda_visible():
         pytest.skip("CUDA is not available")
-    item.stash[thread_mark_key] = mark
+    item.stash[thread_options_key] = options
 
 
 @pytest.hookimpl(wrapper=True)
@@ -170,14 +181,14 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
-    if thread_mark_key not in pyfuncitem.stash:
+    options = pyfuncitem.stash.get(thread_options_key, None)
+    if options is None:
         return (yield)
     from .threads import call_in_threads
 
-    mark = pyfuncitem.stash[thread_mark_key]
     reporter = pyfuncitem.config.stash.get(reporter_key, None)
     keys = reporter.extra_keys() if reporter is not None else None
-    with call_in_threads(pyfuncitem, mark, _diagnose_hook(pyfuncitem.config), keys):
+    with call_in_threads(pyfuncitem, options, _diagnose_hook(pyfuncitem.config), keys):
         return (yield)
 
 
@@ -203,7 +214,10 @@ def pytest_runtest_makereport(
     if reporter is None:
         return (yield)
     if call.when == "teardown":  # the record rides on the teardown report, so it is built first
-        reporter.phase_done(item, call, "failed" if _failed(call) else "passed")
+        from .report import is_skip_or_xfail
+
+        failed = call.excinfo is not None and not is_skip_or_xfail(call.excinfo.value)
+        reporter.phase_done(item, call, "failed" if failed else "passed")
         _attach_record(item, reporter)
     report = yield
     if call.when != "teardown":
@@ -213,25 +227,11 @@ def pytest_runtest_makereport(
     return report
 
 
-def _failed(call: pytest.CallInfo[None]) -> bool:
-    return call.excinfo is not None and not isinstance(
-        call.excinfo.value, (pytest.skip.Exception, pytest.xfail.Exception)
-    )
-
-
 def _attach_record(item: pytest.Item, reporter: Reporter) -> None:
     from .threads import run_result_key
 
-    mark = item.stash.get(thread_mark_key, None)
-    switches = None
-    if mark is not None:
-        trees = thread_options(mark).trees
-        switches = {"triton.cudagraphs": True, "triton.cudagraph_trees": trees}
     record = reporter.record_for(
-        item,
-        item.stash.get(run_result_key, None),
-        item.stash.get(foreign_errors_key, []),
-        switches,
+        item, item.stash.get(run_result_key, None), item.stash.get(foreign_errors_key, [])
     )
     if record is not None:
         from .report import USER_PROPERTY

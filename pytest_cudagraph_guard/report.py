@@ -223,11 +223,7 @@ class Reporter:
             state.settings = self._settings_now()
         excinfo = call.excinfo
         threaded = call.when == "call" and run_result_key in item.stash  # its threads tell
-        if (
-            excinfo is not None
-            and not threaded
-            and not isinstance(excinfo.value, (pytest.skip.Exception, pytest.xfail.Exception))
-        ):
+        if excinfo is not None and not threaded and not is_skip_or_xfail(excinfo.value):
             state.errors.append(
                 error_record(excinfo.value, threading.current_thread().name, self._diagnose)
             )
@@ -249,7 +245,6 @@ class Reporter:
         item: pytest.Item,
         thread_result: Any,
         foreign_errors: list[dict[str, Any]],
-        marker_switches: dict[str, Any] | None,
     ) -> dict[str, Any] | None:
         state = item.stash.get(test_state_key, None)
         if state is None:
@@ -267,7 +262,8 @@ class Reporter:
             settings = thread_result.settings or settings
         errors += foreign_errors
         if activity is not None:
-            errors += activity.divergences(marker_switches)
+            switches = thread_result.switches if thread_result is not None else None
+            errors += activity.divergences(switches)
         relevant = (
             _uses_plugin(item)
             or thread_result is not None
@@ -374,6 +370,10 @@ class ReportWriter:
             "tests": [self.records[k] for k in sorted(self.records)],
             "summary": self.summary(),
         }
+
+
+def is_skip_or_xfail(exc: BaseException) -> bool:
+    return isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception))
 
 
 def _uses_plugin(item: pytest.Item) -> bool:

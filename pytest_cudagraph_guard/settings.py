@@ -89,9 +89,8 @@ def env_read_by_torch() -> dict[str, str | None]:
 
     readers: dict[str, str] = {}
     for name in (*_torch.GUARDED_CONFIG_MODULES, *READERS):
-        module = sys.modules.get(name)
-        if module is not None:
-            readers.update(dict.fromkeys(_torch.env_variables_read(module), name))
+        if name in sys.modules:
+            readers.update(dict.fromkeys(_torch.env_variables_read(name), name))
     return {name: readers.get(name) for name in torch_env()}
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from . import _torch, config_state
 from .diagnosis import THREAD_ERROR, TIMEOUT, Diagnosis, error_record, timeout_hint
-from .markers import THREAD_MARKER, MarkerError, ThreadOptions, describe_error, thread_options
+from .markers import THREAD_MARKER, ThreadOptions
 
 THREAD_NAME = "cudagraph-thread-{index}"
 RELEASE_GRACE_S = 30.0
@@ -28,8 +28,9 @@ DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
 class ThreadRunResult:
     """What one marked call did, for the report: where it ran and each thread's error."""
 
-    def __init__(self, threads: int, settings_keys: list[str] | None) -> None:
-        self.where = f"thread x {threads}"
+    def __init__(self, options: ThreadOptions, settings_keys: list[str] | None) -> None:
+        self.where = f"thread x {options.threads}"
+        self.switches = dict(zip(_torch.CUDAGRAPH_SWITCHES, (True, options.trees), strict=True))
         self.errors: list[dict[str, Any]] = []
         self.settings: dict[str, Any] | None = None
         self.settings_keys = settings_keys  # None: nobody reports settings
@@ -41,16 +42,12 @@ run_result_key = pytest.StashKey[ThreadRunResult]()
 @contextmanager
 def call_in_threads(
     item: pytest.Function,
-    mark: pytest.Mark,
+    options: ThreadOptions,
     diagnose_hook: DiagnoseHook,
     settings_keys: list[str] | None = None,
 ) -> Iterator[None]:
     """For the duration of the call phase, makes ``item.obj`` run in the marker's threads."""
-    try:
-        options = thread_options(mark)
-    except MarkerError as error:
-        pytest.fail(describe_error(item.nodeid, THREAD_MARKER, error), pytrace=False)
-    result = ThreadRunResult(options.threads, settings_keys)
+    result = ThreadRunResult(options, settings_keys)
     item.stash[run_result_key] = result
     original = item.obj
     item.obj = _threaded(original, options, result, diagnose_hook)

@@ -33,7 +33,7 @@ class TrainerOptions:
     steps: int = 5
     batch: int = 32
     seq: int = 8
-    lr: float = 0.05
+    lr: float = 0.5
     ready_thread_state: bool = False
     carry_config: bool = False
     serialize_first_steps: bool = False
@@ -50,8 +50,10 @@ class DrafterTrainer:
     def __init__(self, options: TrainerOptions, seed: int = 0) -> None:
         self.options = options
         generator = torch.Generator().manual_seed(seed)
-        self.target = TargetModel().to(options.device).eval()
-        self.drafters = [Drafter().to(options.device) for _ in range(options.drafters)]
+        with torch.random.fork_rng(devices=[]):  # the same models for the same seed
+            torch.manual_seed(seed)
+            self.target = TargetModel().to(options.device).eval()
+            self.drafters = [Drafter().to(options.device) for _ in range(options.drafters)]
         self.batches = [
             torch.randint(0, 64, (options.batch, options.seq), generator=generator).to(
                 options.device
