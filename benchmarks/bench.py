@@ -6,6 +6,11 @@ machine's drift hits both sides alike.
 
     python benchmarks/bench.py                 # every case, 5 pairs each
     python benchmarks/bench.py --pairs 3 --tests 200 --case guard
+    python benchmarks/bench.py --subprocess    # the cudagraph_subprocess marker's cost
+
+The marker's cost is compared with a cold ``python -c "import torch"``, timed in the same run:
+per marked test, (marked - unmarked) / tests / cold import. "total" is for 8 trivial tests, the
+zygote's start included; "each more" is the cost of one more marked test (24 tests versus 8).
 """
 
 from __future__ import annotations
@@ -162,12 +167,79 @@ def measure(case: Case, tests: int, pairs: int, log: Callable[[str], None]) -> d
     }
 
 
+SUBPROCESS_TEST = "@pytest.mark.cudagraph_subprocess\ndef test_{i}():\n    assert torch.ones(1)\n"
+UNMARKED_TORCH_TEST = "def test_{i}():\n    assert torch.ones(1)\n"
+
+
+def write_torch_module(root: Path, tests: int, template: str) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    body = "import pytest\nimport torch\n\n" + "".join(template.format(i=i) for i in range(tests))
+    (root / "test_marked.py").write_text(body)
+
+
+def cold_import_torch() -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def measure_subprocess(pairs: int, log: Callable[[str], None]) -> dict[str, object]:
+    plain = ["-p", "no:cacheprovider", "-q"]
+    with tempfile.TemporaryDirectory(prefix="cgg-bench-subprocess-") as tmp:
+        roots = {
+            "marked_8": (8, SUBPROCESS_TEST),
+            "unmarked_8": (8, UNMARKED_TORCH_TEST),
+            "marked_24": (24, SUBPROCESS_TEST),
+        }
+        for name, (tests, template) in roots.items():
+            write_torch_module(Path(tmp) / name, tests, template)
+            timed(plain, Path(tmp) / name)  # warm the caches
+        times: dict[str, list[float]] = {name: [] for name in [*roots, "import_torch"]}
+        for _ in range(pairs):
+            for name in roots:
+                times[name].append(timed(plain, Path(tmp) / name))
+            times["import_torch"].append(cold_import_torch())
+    total = [
+        (m - u) / 8 / t
+        for m, u, t in zip(
+            times["marked_8"], times["unmarked_8"], times["import_torch"], strict=True
+        )
+    ]
+    each = [
+        (m24 - m8) / 16 / t
+        for m24, m8, t in zip(
+            times["marked_24"], times["marked_8"], times["import_torch"], strict=True
+        )
+    ]
+    result = {
+        "case": "subprocess",
+        "what": "8 marked trivial tests vs unmarked, per test, over one cold import torch",
+        "pairs": pairs,
+        "total_ratio": round(statistics.median(total), 4),
+        "each_more_ratio": round(statistics.median(each), 4),
+        "ratio_target": 0.1,
+        **{f"seconds_{name}": [round(t, 3) for t in values] for name, values in times.items()},
+    }
+    log(
+        f"subprocess total {result['total_ratio']:.3f}, each more {result['each_more_ratio']:.3f} "
+        f"of a cold import torch (median {statistics.median(times['import_torch']):.2f} s; "
+        f"target <= 0.1); marked 8 {statistics.median(times['marked_8']):.2f} s, unmarked 8 "
+        f"{statistics.median(times['unmarked_8']):.2f} s, marked 24 "
+        f"{statistics.median(times['marked_24']):.2f} s"
+    )
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", choices=sorted(cases()), help="repeatable")
     parser.add_argument("--tests", type=int, default=1000, help="tests per suite (1000)")
     parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per case (5)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--subprocess", action="store_true", help="measure the cudagraph_subprocess marker only"
+    )
     args = parser.parse_args(argv)
     if args.tests < 1 or args.pairs < 1:
         parser.error("--tests and --pairs must be positive")
@@ -176,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {args.tests} tests, "
         f"{args.pairs} pairs per case; ratio = median(A/B)"
     )
-    results = [measure(cases()[name], args.tests, args.pairs, print) for name in chosen]
+    if args.subprocess:
+        results = [measure_subprocess(args.pairs, print)]
+    else:
+        results = [measure(cases()[name], args.tests, args.pairs, print) for name in chosen]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 import pytest
 
 THREAD_MARKER: Final = "cudagraph_thread"
+SUBPROCESS_MARKER: Final = "cudagraph_subprocess"
 TLS_MODES: Final = ("native", "init")
 
 THREAD_MARKER_DOC: Final = (
@@ -18,6 +20,17 @@ THREAD_MARKER_DOC: Final = (
     "CUDAGraph Trees in each thread and, on torch < 2.13, serializes warm-up and capture as "
     "torch 2.13 does; 'native' leaves torch as it is. Threads still running after `timeout` "
     "seconds fail the test. require_cuda=True skips the test without a CUDA device."
+)
+
+
+SUBPROCESS_MARKER_DOC: Final = (
+    f"{SUBPROCESS_MARKER}(*, timeout=300.0, trees=True, env=None, require_cuda=False): run the "
+    "whole test (setup, call, teardown) in a fresh Python process that never initialised CUDA, "
+    "with triton.cudagraphs=True, triton.cudagraph_trees=`trees` and the variables of the "
+    "str->str mapping `env` set; its outcome, output and report are the test's. A process that "
+    "dies fails the test with its signal or exit code; one still running after `timeout` "
+    "seconds is killed with its process group. require_cuda=True skips the test without a "
+    "CUDA device."
 )
 
 
@@ -43,6 +56,24 @@ def thread_options(mark: pytest.Mark) -> ThreadOptions:
     _check_bool(options.require_cuda, "require_cuda")
     if options.tls not in TLS_MODES:
         raise MarkerError(f"argument 'tls' must be 'native' or 'init', got {options.tls!r}")
+    return options
+
+
+class SubprocessOptions(NamedTuple):
+    timeout: float = 300.0
+    trees: bool = True
+    env: tuple[tuple[str, str], ...] = ()
+    require_cuda: bool = False
+
+
+def subprocess_options(mark: pytest.Mark) -> SubprocessOptions:
+    """The validated arguments of a ``cudagraph_subprocess`` marker."""
+    values = _bind(mark, SubprocessOptions._fields, positional=())
+    env = values.pop("env", None)
+    options = SubprocessOptions(**values, env=_check_env(env))
+    _check_positive_number(options.timeout, "timeout")
+    _check_bool(options.trees, "trees")
+    _check_bool(options.require_cuda, "require_cuda")
     return options
 
 
@@ -84,3 +115,21 @@ def _check_positive_number(value: object, name: str) -> None:
 def _check_bool(value: object, name: str) -> None:
     if not isinstance(value, bool):
         raise MarkerError(f"argument {name!r} must be True or False, got {value!r}")
+
+
+def _check_env(value: object) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise MarkerError(f"argument 'env' must be a str->str mapping, got {value!r}")
+    for key, item in value.items():
+        if not (_is_env_name(key) and isinstance(item, str) and "\0" not in item):
+            raise MarkerError(
+                f"argument 'env' must be a str->str mapping of variable names to values, "
+                f"got the item {key!r}: {item!r}"
+            )
+    return tuple(sorted(value.items()))
+
+
+def _is_env_name(name: object) -> bool:
+    return isinstance(name, str) and bool(name) and "=" not in name and "\0" not in name

@@ -5,6 +5,7 @@ Hooks are in lifecycle order. Loading this module never imports torch.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -14,16 +15,20 @@ from . import _torch, hookspecs
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
 from .markers import (
+    SUBPROCESS_MARKER,
+    SUBPROCESS_MARKER_DOC,
     THREAD_MARKER,
     THREAD_MARKER_DOC,
     MarkerError,
     ThreadOptions,
     describe_error,
+    subprocess_options,
     thread_options,
 )
 
 if TYPE_CHECKING:
     from .report import Reporter, ReportFormat
+    from .subprocess_runner import SubprocessRunner
 
 REPORT_FORMAT_HELP = "term, term-all, json:PATH or md:PATH"
 
@@ -34,6 +39,7 @@ thread_watch_key = pytest.StashKey[Any]()
 foreign_errors_key = pytest.StashKey[list[dict[str, Any]]]()
 thread_options_key = pytest.StashKey[ThreadOptions]()
 reporter_key = pytest.StashKey["Reporter"]()
+subprocess_runner_key = pytest.StashKey["SubprocessRunner"]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -102,6 +108,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 @pytest.hookimpl(trylast=True)  # after pytest's own threading.excepthook, which ours chains to
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", THREAD_MARKER_DOC)
+    config.addinivalue_line("markers", SUBPROCESS_MARKER_DOC)
     mode = _guard_mode(config)
     if mode != "off":
         guard = LeakGuard(mode)
@@ -114,7 +121,7 @@ def pytest_configure(config: pytest.Config) -> None:
         reporter = Reporter(config, formats)
         config.stash[reporter_key] = reporter
         config.add_cleanup(reporter.close)
-        if not _is_xdist_worker(config):
+        if not _is_xdist_worker(config) and not _is_subprocess_child(config):
             config.pluginmanager.register(ReportWriter(formats), "cudagraph_guard.report")
     from .thread_watch import ThreadExceptionWatch
 
@@ -134,6 +141,11 @@ def pytest_pycollect_makeitem(
     return result
 
 
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    if isinstance(collector, pytest.Module) and not _is_subprocess_child(collector.config):
+        _prestart_test_processes(collector)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     guard = session.config.stash.get(leak_guard_key, None)
     if guard is not None:
@@ -141,24 +153,45 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    mark = item.get_closest_marker(SUBPROCESS_MARKER)
+    if mark is None or _is_subprocess_child(item.config):
+        return None
+    try:
+        options = subprocess_options(mark)
+    except MarkerError:
+        return None  # setup fails the test with the message
+    from .subprocess_runner import run_protocol
+
+    reporting = reporter_key in item.config.stash
+    run_protocol(item, nextitem, options, _subprocess_runner(item.config), reporting)
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     reporter = item.config.stash.get(reporter_key, None)
     if reporter is not None:
         reporter.test_started(item)
-    mark = item.get_closest_marker(THREAD_MARKER)
-    if mark is None:
+    thread_mark = item.get_closest_marker(THREAD_MARKER)
+    process_mark = item.get_closest_marker(SUBPROCESS_MARKER)
+    if thread_mark is None and process_mark is None:
         return
-    try:
-        options = thread_options(mark)  # again: a marker may have been added after collection
+    try:  # again: a marker may have been added after collection
+        thread = thread_options(thread_mark) if thread_mark is not None else None
+        process = subprocess_options(process_mark) if process_mark is not None else None
     except MarkerError as error:
-        pytest.fail(describe_error(item.nodeid, THREAD_MARKER, error), pytrace=False)
+        marker = THREAD_MARKER if thread_mark is not None else SUBPROCESS_MARKER
+        pytest.fail(describe_error(item.nodeid, marker, error), pytrace=False)
     try:
         _torch.import_torch()
     except _torch.TorchNotInstalled:
         pytest.skip("torch is not installed")
-    if options.require_cuda and not _torch.cuda_visible():
+    require_cuda = any(o.require_cuda for o in (thread, process) if o is not None)
+    if require_cuda and not _torch.cuda_visible():
         pytest.skip("CUDA is not available")
-    item.stash[thread_options_key] = options
+    if thread is not None:
+        item.stash[thread_options_key] = thread
 
 
 @pytest.hookimpl(wrapper=True)
@@ -243,6 +276,34 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _is_subprocess_child(config: pytest.Config) -> bool:
+    from .subprocess_child import child_request_key
+
+    return child_request_key in config.stash
+
+
+def _subprocess_runner(config: pytest.Config) -> SubprocessRunner:
+    runner = config.stash.get(subprocess_runner_key, None)
+    if runner is None:
+        from .subprocess_runner import SubprocessRunner
+
+        runner = SubprocessRunner()
+        config.stash[subprocess_runner_key] = runner
+        config.add_cleanup(runner.close)
+    return runner
+
+
+def _prestart_test_processes(module: pytest.Module) -> None:
+    """A module that names the subprocess marker gets its zygote started before it is imported,
+    so that the zygote's imports overlap the module's."""
+    try:
+        named = SUBPROCESS_MARKER.encode() in module.path.read_bytes()
+    except OSError:
+        return
+    if named:
+        _subprocess_runner(module.config).prestart(dict(os.environ))
+
+
 def _report_formats(config: pytest.Config) -> list[ReportFormat]:
     values = [str(v) for v in config.getoption("cudagraph_report") or []]
     origin = "--cudagraph-report"
@@ -279,14 +340,15 @@ def _guard_mode(config: pytest.Config) -> str:
 
 
 def _check_markers(item: pytest.Function) -> None:
-    mark = item.get_closest_marker(THREAD_MARKER)
-    if mark is None:
-        return
-    try:
-        thread_options(mark)
-    except MarkerError as error:
-        message = describe_error(item.nodeid, THREAD_MARKER, error)
-        raise pytest.Collector.CollectError(message) from None
+    for marker, parse in ((THREAD_MARKER, thread_options), (SUBPROCESS_MARKER, subprocess_options)):
+        mark = item.get_closest_marker(marker)
+        if mark is None:
+            continue
+        try:
+            parse(mark)
+        except MarkerError as error:
+            message = describe_error(item.nodeid, marker, error)
+            raise pytest.Collector.CollectError(message) from None
 
 
 def _diagnose_hook(config: pytest.Config) -> Any:

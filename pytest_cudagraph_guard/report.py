@@ -16,12 +16,14 @@ import pytest
 
 from . import _torch
 from .diagnosis import CONFIG_DIVERGENCE, error_record
+from .markers import SUBPROCESS_MARKER, THREAD_MARKER
 from .settings import effective_settings, jsonable, settings_record, torch_env
 from .threads import run_result_key
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
 USER_PROPERTY: Final = "cudagraph"
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
+PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER)
 MARKER_THREAD_PREFIX: Final = "cudagraph-thread-"
 FORMAT_HELP: Final = "term, term-all, json:PATH or md:PATH"
 
@@ -377,7 +379,9 @@ def is_skip_or_xfail(exc: BaseException) -> bool:
 
 
 def _uses_plugin(item: pytest.Item) -> bool:
-    return bool(PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+    return bool(PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ()))) or any(
+        item.get_closest_marker(name) is not None for name in PLUGIN_MARKERS
+    )
 
 
 def phase_outcome(report: Any) -> str:
@@ -396,6 +400,26 @@ def _test_outcome(outcomes: dict[str, str]) -> str:
     if call == "passed" and outcomes.get("teardown") == "failed":
         return "error"
     return call
+
+
+def death_record(
+    item: pytest.Item,
+    where: str,
+    trees: bool,
+    env: tuple[tuple[str, str], ...],
+    error: dict[str, Any],
+) -> dict[str, Any]:
+    """The record of a test whose process died: what the parent knows of it."""
+    switches = dict(zip(_torch.CUDAGRAPH_SWITCHES, (True, trees), strict=True))
+    return {
+        "nodeid": item.nodeid,
+        "outcome": "failed",
+        "where": where,
+        "settings": {key: {"value": value, "source": "test"} for key, value in switches.items()},
+        "env": torch_env({**os.environ, **dict(env)}),
+        "activity": _no_activity(),
+        "errors": [error],
+    }
 
 
 def _no_activity() -> dict[str, Any]:

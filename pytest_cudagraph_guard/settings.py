@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
 from . import _torch
@@ -78,8 +78,9 @@ def settings_record(settings: dict[str, Setting]) -> dict[str, dict[str, Any]]:
     return {k: {"value": jsonable(s.value), "source": s.source} for k, s in settings.items()}
 
 
-def torch_env() -> dict[str, str]:
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    items = (os.environ if environ is None else environ).items()
+    return {k: v for k, v in sorted(items) if k.startswith(ENV_PREFIXES)}
 
 
 def env_read_by_torch() -> dict[str, str | None]:

@@ -1,0 +1,141 @@
+"""Inside the fresh process of a ``cudagraph_subprocess`` test: run exactly that test in a pytest
+session set up as the parent's, and send each report back through pytest's own serialization."""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import pickle
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+import pytest
+
+STACKS_SIGNAL = signal.SIGUSR1
+child_request_key = pytest.StashKey[dict[str, Any]]()
+_stacks_stream: list[IO[str]] = []  # kept open for faulthandler until the process ends
+
+# Plugins of the parent that must not act in the child: they would rewrite the parent's cache,
+# start workers, stop for a debugger nobody sees, or write the parent's report files.
+BLOCKED_PLUGINS = ("lfplugin", "nfplugin", "stepwiseplugin")
+NEUTRAL_OPTIONS: dict[str, Any] = {
+    "dist": "no",
+    "distload": False,
+    "numprocesses": None,
+    "maxprocesses": None,
+    "looponfail": False,
+    "usepdb": False,
+    "trace": False,
+    "cacheclear": False,
+    "xmlpath": None,
+    "report_log": None,
+    "no_header": True,  # the child's terminal output is only read when it dies
+    "no_summary": True,
+}
+
+
+def run_child(request_path: str) -> NoReturn:
+    """Runs the request's test and exits the process without running interpreter finalizers."""
+    code = 3
+    try:
+        request = _load(Path(request_path))
+        _enter(request)
+        code = _run_session(request)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a closed stream must not hide the exit code
+                stream.flush()
+        os._exit(code)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    with path.open("rb") as file:
+        request: dict[str, Any] = pickle.load(file)
+    return request
+
+
+def _enter(request: dict[str, Any]) -> None:
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.path[:] = request["sys_path"]
+    # A copy of the real stderr: pytest's capture points fd 2 elsewhere while the test runs.
+    _stacks_stream.append(os.fdopen(os.dup(2), "w"))
+    faulthandler.register(STACKS_SIGNAL, file=_stacks_stream[0], all_threads=True)
+
+
+def _run_session(request: dict[str, Any]) -> int:
+    try:
+        from . import _torch
+
+        _torch.apply_cudagraph_settings(request["trees"])
+    except ImportError:
+        pass  # no torch: the plugin skips the test, as it does in the parent
+    return int(pytest.main(list(request["args"]), plugins=[SubprocessChild(request)]))
+
+
+class SubprocessChild:
+    """The child session's plugin: narrows the parent's options to the one test and streams
+    reports, collection errors and warnings back to the parent."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.request = request
+        self.results = Path(request["results"]).open("a", encoding="utf-8")  # noqa: SIM115
+        self.config: pytest.Config | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_cmdline_main(self, config: pytest.Config) -> None:
+        self.config = config
+        config.stash[child_request_key] = self.request
+        config.args = [self.request["nodearg"]]
+        for name, value in NEUTRAL_OPTIONS.items():
+            if hasattr(config.option, name):
+                setattr(config.option, name, value)
+        config.option.basetemp = self.request["basetemp"]
+        for name in BLOCKED_PLUGINS:
+            config.pluginmanager.set_blocked(name)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        assert self.config is not None
+        data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
+        self._send({"report": data})
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._send({"collect_error": f"{report.nodeid}: {report.longreprtext}"})
+
+    def pytest_warning_recorded(
+        self, warning_message: Any, when: str, nodeid: str, location: Any
+    ) -> None:
+        if when != "runtest":
+            return
+        category = warning_message.category
+        self._send(
+            {
+                "warning": {
+                    "category": f"{category.__module__}:{category.__qualname__}",
+                    "message": str(warning_message.message),
+                    "filename": str(warning_message.filename),
+                    "lineno": int(warning_message.lineno or 0),
+                    "nodeid": nodeid,
+                }
+            }
+        )
+
+    def pytest_cudagraph_record(self, item: pytest.Item, record: dict[str, Any]) -> None:
+        where = f"subprocess {os.getpid()}"
+        record["where"] = where if record["where"] == "main" else f"{where}, {record['where']}"
+
+    def pytest_unconfigure(self) -> None:
+        self.results.close()
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self.results.write(json.dumps(message, default=repr) + "\n")
+        self.results.flush()

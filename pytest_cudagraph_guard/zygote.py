@@ -1,0 +1,207 @@
+"""The processes behind ``cudagraph_subprocess``, on their side of the pipe.
+
+``python -m pytest_cudagraph_guard.zygote serve`` is the zygote: it imports torch, pytest and the
+plugin once, never touches CUDA or runs a parallel op, and forks one never-reused child per test.
+``python -m pytest_cudagraph_guard.zygote run REQUEST`` is the spawn fallback: one fresh
+interpreter for one test. Either way the child runs :func:`subprocess_child.run_child`.
+
+Protocol, one line per message. Parent to zygote: ``run REQUEST_PATH``; closing the pipe ends the
+zygote (and kills a child still running). Zygote to parent: ``ready PID``, then per request
+``started PID`` and ``exited PID STATUS`` (STATUS as ``os.waitpid`` gives it) or
+``nofork REASON`` when forking is no longer safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import os
+import select
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import NoReturn
+
+PRELOAD_FIRST = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
+# Imported only while no test waits: each saves a child a second or more of compiling imports.
+PRELOAD_WHILE_IDLE = (
+    "torch._dynamo",
+    "torch._inductor.config",
+    "torch._inductor.compile_fx",
+    "torch._inductor.cudagraph_trees",
+)
+STDOUT_NAME = "stdout"
+STDERR_NAME = "stderr"
+CHILD_CRASH_EXIT = 3
+
+
+def preload(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # a missing torch is the child's to report, as a skip
+        print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
+        if name.startswith("pytest"):
+            raise
+    gc.freeze()  # children then leave these objects to the collector's permanent generation
+
+
+def fork_hazard() -> str | None:
+    """Why forking this process would not give a sound child, or None."""
+    threads = _os_thread_count()
+    if threads > 1:
+        return f"the zygote has {threads} OS threads"
+    if _cuda_driver_loaded():
+        return "the zygote has loaded the CUDA driver"
+    return None
+
+
+def _os_thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _cuda_driver_loaded() -> bool:
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+    return "libcuda.so" in maps
+
+
+def serve() -> NoReturn:
+    replies = os.dup(1)
+    os.dup2(2, 1)  # stray prints of imported modules must not reach the protocol pipe
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends us by closing the pipe
+    for name in PRELOAD_FIRST:
+        preload(name)
+    _send(replies, f"ready {os.getpid()}")
+    requests = _Lines(0)
+    idle_preloads = list(PRELOAD_WHILE_IDLE)
+    while True:
+        while idle_preloads and not requests.waiting():
+            preload(idle_preloads.pop(0))
+        idle_preloads.clear()  # once tests flow, they come first
+        line = requests.next()
+        if line is None:
+            break
+        command, _, path = line.partition(" ")
+        if command == "run":
+            _serve_one(path, replies, requests)
+    os._exit(0)
+
+
+def _serve_one(request_path: str, replies: int, requests: _Lines) -> None:
+    hazard = fork_hazard()
+    if hazard is not None:
+        _send(replies, f"nofork {hazard}")
+        return
+    pid = _fork_child(request_path, replies)
+    _send(replies, f"started {pid}")
+    status = _wait_child(pid, requests.fd)
+    if status is None:  # the parent is gone: so is the test
+        _kill_group(pid)
+        os.waitpid(pid, 0)
+        os._exit(0)
+    _send(replies, f"exited {pid} {status}")
+
+
+class _Lines:
+    """Lines read from a pipe, without read-ahead surprises for ``select``."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buffer = b""
+
+    def waiting(self) -> bool:
+        return b"\n" in self._buffer or bool(select.select([self.fd], [], [], 0)[0])
+
+    def next(self) -> str | None:
+        while b"\n" not in self._buffer:
+            chunk = os.read(self.fd, 4096)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+
+def _send(fd: int, message: str) -> None:
+    os.write(fd, (message + "\n").encode())
+
+
+def _fork_child(request_path: str, replies: int) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.close(replies)
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _redirect_stdio(Path(request_path).parent)
+        from .subprocess_child import run_child
+
+        run_child(request_path)
+    finally:
+        os._exit(CHILD_CRASH_EXIT)
+
+
+def _redirect_stdio(folder: Path) -> None:
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    for fd, name in ((1, STDOUT_NAME), (2, STDERR_NAME)):
+        target = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+
+
+def _wait_child(pid: int, requests: int) -> int | None:
+    """The child's wait status; None if the parent went away first."""
+    pidfd = _pidfd(pid)
+    try:
+        while True:
+            watched = [requests] + ([pidfd] if pidfd is not None else [])
+            ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.01)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                _kill_group(pid)  # what the child left behind in its group goes with it
+                return status
+            if requests in ready and not os.read(requests, 1):
+                return None
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def main(argv: list[str]) -> NoReturn:
+    if argv[:1] == ["serve"]:
+        serve()
+    if len(argv) == 2 and argv[0] == "run":
+        from .subprocess_child import run_child
+
+        run_child(argv[1])
+    print("usage: python -m pytest_cudagraph_guard.zygote serve | run REQUEST", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,91 @@
+"""@pytest.mark.cudagraph_subprocess on a real GPU: CUDA graphs in the test process, and a fresh
+CUDA context for it even after the parent has used CUDA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .test_gpu_report import records
+
+
+@pytest.fixture
+def gpu_tester(pytester: pytest.Pytester) -> pytest.Pytester:
+    from ..conftest import QUIET_INI
+
+    pytester.makeini(QUIET_INI)
+    return pytester
+
+
+def test_reduce_overhead_in_a_test_process_after_cuda_in_the_parent(
+    gpu_tester: pytest.Pytester,
+) -> None:
+    gpu_tester.makepyfile(
+        """
+        import os
+        from pathlib import Path
+        import pytest
+        import torch
+
+        def step(x):
+            return torch.sin(x) * 2 + torch.cos(x)
+
+        def test_cuda_in_the_parent():
+            torch.ones(1024, device="cuda").sum().item()
+            assert torch.cuda.is_initialized()
+            os.environ["PARENT_PID"] = str(os.getpid())
+
+        @pytest.mark.cudagraph_subprocess(require_cuda=True)
+        def test_fresh_cuda_and_cuda_graphs():
+            assert os.getpid() != int(os.environ["PARENT_PID"])
+            assert not torch.cuda.is_initialized()
+            zygote_maps = Path(f"/proc/{os.getppid()}/maps").read_text()
+            assert "libcuda.so" not in zygote_maps
+            compiled = torch.compile(step, mode="reduce-overhead")
+            x = torch.randn(1024, device="cuda")
+            for _ in range(4):
+                out = compiled(x)
+            torch.cuda.synchronize()
+            torch.testing.assert_close(out, step(x))
+            assert torch.cuda.is_initialized()
+        """
+    )
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
+    )
+    result.assert_outcomes(passed=2)
+    record = records(Path(gpu_tester.path, "r.json"))["test_fresh_cuda_and_cuda_graphs"]
+    assert record["where"].startswith("subprocess ")
+    assert record["activity"]["recorded"] >= 1
+    assert record["activity"]["replays"] >= 1
+    assert record["errors"] == []
+
+
+def test_a_crash_in_a_cuda_test_process_leaves_the_session_going(
+    gpu_tester: pytest.Pytester,
+) -> None:
+    gpu_tester.makepyfile(
+        """
+        import ctypes
+        import pytest
+        import torch
+
+        @pytest.mark.cudagraph_subprocess
+        def test_crashes_after_capturing():
+            compiled = torch.compile(lambda x: x * 2 + 1, mode="reduce-overhead")
+            x = torch.randn(64, device="cuda")
+            for _ in range(3):
+                compiled(x)
+            torch.cuda.synchronize()
+            ctypes.string_at(0)
+
+        def test_after():
+            assert torch.ones(2, device="cuda").sum().item() == 2
+        """
+    )
+    result = gpu_tester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["cudagraph_subprocess: test process died with SIGSEGV (signal 11)"]
+    )
