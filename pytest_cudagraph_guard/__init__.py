@@ -1,6 +1,7 @@
 """pytest-cudagraph-guard: test torch.compile code that uses CUDA graphs, from any thread.
 
-Importing this package never imports torch.
+Importing this package never imports torch. PYTEST_DONT_REWRITE: the test processes of
+``cudagraph_subprocess`` import it before pytest starts, and it has no asserts to rewrite.
 """
 
 from __future__ import annotations

@@ -177,6 +177,7 @@ class SubprocessRunner:
         self._folder: Path | None = None
         self._zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
         self._spawn_reason: str | None = None
+        self._notices: list[str] = []
         self._count = 0
 
     def prestart(self, env: dict[str, str]) -> None:
@@ -233,18 +234,19 @@ class SubprocessRunner:
                 self._zygotes.pop(oldest).close()
             folder = self._session_folder()
             log = folder / f"zygote-{len(self._zygotes)}-{time.monotonic_ns()}.log"
-            zygote = Zygote(_with_our_path(env), log, folder)
+            zygote = Zygote(_zygote_env(env), log, folder)
             self._zygotes[key] = zygote
         return zygote
 
+    def take_notices(self) -> list[str]:
+        notices, self._notices = self._notices, []
+        return notices
+
     def _give_up_zygotes(self, reason: str) -> None:
         self._spawn_reason = reason
-        warnings.warn(
-            CudagraphGuardWarning(
-                f"cudagraph_subprocess: {reason}; each marked test now starts a fresh "
-                "interpreter instead (slower, as fresh)"
-            ),
-            stacklevel=2,
+        self._notices.append(
+            f"cudagraph_subprocess: {reason}; each marked test now starts a fresh interpreter "
+            "instead (slower, as fresh)"
         )
         for zygote in self._zygotes.values():
             zygote.close()
@@ -327,6 +329,13 @@ def _with_our_path(env: dict[str, str]) -> dict[str, str]:
     ours = str(Path(__file__).resolve().parent.parent)
     paths = [ours, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def _zygote_env(env: dict[str, str]) -> dict[str, str]:
+    """The zygote's own environment: inductor must not start its compile workers at import
+    (it does where triton is installed), since a process with threads cannot be forked soundly.
+    A child starts them itself when it compiles."""
+    return {"TORCH_WARM_POOL": "0", **_with_our_path(env)}
 
 
 def _stop(pid: int, folder: Path) -> str:
@@ -455,14 +464,18 @@ def death_error(outcome: ChildExit, message: str) -> dict[str, Any]:
 
 def emit_warnings(config: pytest.Config, nodeid: str, found: list[dict[str, Any]]) -> None:
     for data in found:
-        message = warnings.WarningMessage(
-            _warning_category(data["category"])(data["message"]),
-            _warning_category(data["category"]),
-            data["filename"],
-            data["lineno"],
-        )
-        recorded = {"warning_message": message, "when": "runtest", "nodeid": nodeid}
-        config.hook.pytest_warning_recorded.call_historic(kwargs={**recorded, "location": None})
+        category = _warning_category(data["category"])
+        _record_warning(config, nodeid, category(data["message"]), data["filename"], data["lineno"])
+
+
+def _record_warning(
+    config: pytest.Config, nodeid: str, warning: Warning, filename: str = __file__, lineno: int = 0
+) -> None:
+    """Shown in the warnings summary as pytest shows a test's own warnings (the child's filters
+    already applied to them)."""
+    message = warnings.WarningMessage(warning, type(warning), filename, lineno)
+    recorded = {"warning_message": message, "when": "runtest", "nodeid": nodeid}
+    config.hook.pytest_warning_recorded.call_historic(kwargs={**recorded, "location": None})
 
 
 def _warning_category(name: str) -> type[Warning]:
@@ -492,6 +505,8 @@ def run_protocol(
     try:
         messages = read_messages(outcome)
         emit_warnings(item.config, item.nodeid, messages.warnings)
+        for notice in runner.take_notices():
+            _record_warning(item.config, item.nodeid, CudagraphGuardWarning(notice))
         logged = _log_child_reports(item, messages)
         if "teardown" not in logged:
             _log_death(item, outcome, messages, options, logged=logged, reporting=reporting)
@@ -522,8 +537,9 @@ def node_argument(item: pytest.Item) -> str:
 def _log_child_reports(item: pytest.Item, messages: ChildMessages) -> list[str]:
     logged: list[str] = []
     for data in messages.reports:
-        data = _tuples_back(data)
-        report = item.config.hook.pytest_report_from_serializable(config=item.config, data=data)
+        report = item.config.hook.pytest_report_from_serializable(
+            config=item.config, data=_tuples_back(data)
+        )
         if not isinstance(report, pytest.TestReport) or report.nodeid != item.nodeid:
             continue
         item.ihook.pytest_runtest_logreport(report=report)

@@ -25,13 +25,9 @@ from pathlib import Path
 from typing import NoReturn
 
 PRELOAD_FIRST = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
-# Imported only while no test waits: each saves a child a second or more of compiling imports.
-PRELOAD_WHILE_IDLE = (
-    "torch._dynamo",
-    "torch._inductor.config",
-    "torch._inductor.compile_fx",
-    "torch._inductor.cudagraph_trees",
-)
+# Imported only while no test waits: each saves a child a second of compiling imports. Not
+# torch._inductor.compile_fx: on torch 2.11 with triton, importing it starts a CUDA driver thread.
+PRELOAD_WHILE_IDLE = ("torch._dynamo", "torch._inductor.config")
 STDOUT_NAME = "stdout"
 STDERR_NAME = "stderr"
 CHILD_CRASH_EXIT = 3

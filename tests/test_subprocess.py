@@ -490,7 +490,7 @@ def test_a_zygote_that_cannot_fork_safely_gives_way_to_spawned_interpreters(
             assert inductor.triton.cudagraphs is True
         """
     )
-    result = ourtester.runpytest("-W", "default")
+    result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(
         [

@@ -8,8 +8,12 @@ the broken and the fixed pipeline can both be run:
   before 2.13 creates CUDAGraph Trees state only in the main thread and autograd's threads);
 - ``carry_config``: start each thread in a copy of the caller's ``contextvars`` context, so that
   config set by the caller is in effect there (torch >= 2.12 keeps overrides per thread);
-- ``serialize_first_steps``: take a lock around each drafter's first steps, where it warms up and
-  captures (torch before 2.13 does not serialize captures across threads).
+- ``serialize_first_steps``: run the drafters' first steps, where they warm up and capture, one
+  at a time, and let none go on until all have captured: torch before 2.13 does not serialize
+  captures across threads, and any thread's kernel launched during another's capture breaks it.
+
+On CUDA each step starts with ``torch.compiler.cudagraph_mark_step_begin()``, as a training loop
+under CUDA graphs must: the step's outputs and gradients live in the graph's memory.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class DrafterTrainer:
         self.errors: dict[int, BaseException] = {}
         self.cudagraphs_seen: dict[int, bool] = {}  # triton.cudagraphs as each thread saw it
         self._first_steps = threading.Lock()
+        self._all_captured = threading.Barrier(options.drafters)
 
     def train_drafter(self, index: int) -> list[float]:
         """Distils the target into drafter ``index``; returns its loss at each step."""
@@ -81,20 +86,32 @@ class DrafterTrainer:
             return drafter(tokens)
 
         forward = compile_step(logits, self.options.device)
-        losses = []
-        for step, tokens in enumerate(self.batches):
+
+        def train_step(tokens: torch.Tensor) -> float:
+            if self.options.device == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()
             with torch.no_grad():
                 wanted = F.softmax(self.target(tokens), dim=-1)
-            if self.options.serialize_first_steps and step < WARMUP_STEPS:
-                with self._first_steps:
-                    predicted = forward(tokens).clone()
-            else:
-                predicted = forward(tokens).clone()
+            predicted = forward(tokens).clone()
             loss = F.kl_div(F.log_softmax(predicted, -1), wanted, reduction="batchmean")
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            losses.append(float(loss.detach()))
+            return float(loss.detach())
+
+        losses = []
+        try:
+            for step, tokens in enumerate(self.batches):
+                if self.options.serialize_first_steps and step < WARMUP_STEPS:
+                    with self._first_steps:
+                        losses.append(train_step(tokens))
+                    continue
+                if self.options.serialize_first_steps and step == WARMUP_STEPS:
+                    self._all_captured.wait(timeout=300)
+                losses.append(train_step(tokens))
+        except BaseException:
+            self._all_captured.abort()  # no drafter waits for one that failed
+            raise
         return losses
 
     def run(self) -> dict[int, list[float]]:

@@ -40,11 +40,16 @@ def test_drafter_threads_see_the_callers_config_only_when_it_is_carried(cudagrap
     assert carried.cudagraphs_seen == {0: True, 1: True}
 
 
+@pytest.fixture
+def four_drafters():
+    """One trainer for the marker's four threads, which wait for each other's captures."""
+    return DrafterTrainer(TrainerOptions(drafters=4, steps=5, serialize_first_steps=True))
+
+
 @pytest.mark.cudagraph_thread(threads=4, tls="init")
-def test_each_drafter_step_in_its_own_thread():
+def test_each_drafter_step_in_its_own_thread(four_drafters):
     index = int(threading.current_thread().name.rsplit("-", 1)[-1])
-    trainer = DrafterTrainer(TrainerOptions(drafters=4, steps=4), seed=index)
-    losses = trainer.train_drafter(index)
+    losses = four_drafters.train_drafter(index)
     assert losses[-1] < losses[0]
 
 
@@ -58,3 +63,20 @@ def test_the_unfixed_pipeline():
     """Fails on CUDA before torch 2.13 (the bare AssertionError of get_obj); turns red when a
     torch release stops failing, and passes on the CPU, where no CUDA graph is captured."""
     DrafterTrainer(TrainerOptions(drafters=2, steps=WARMUP_AND_REPLAY)).run()
+
+
+@pytest.mark.cudagraph_subprocess(timeout=300)
+def test_a_short_training_run_in_a_fresh_process():
+    """The whole fixed pipeline in a process of its own, as a training job starts: a fresh CUDA
+    context and CUDAGraph Trees, CUDA graphs on, nothing left over from the tests before it."""
+    options = TrainerOptions(
+        drafters=2,
+        steps=WARMUP_AND_REPLAY,
+        ready_thread_state=True,
+        carry_config=True,
+        serialize_first_steps=True,
+    )
+    trainer = DrafterTrainer(options)
+    losses = trainer.run()
+    assert all(run[-1] < run[0] for run in losses.values())
+    assert trainer.cudagraphs_seen == {0: True, 1: True}
