@@ -43,8 +43,20 @@ def parse_formats(values: list[str], origin: str) -> list[ReportFormat]:
         elif kind in ("json", "md") and path.strip():
             formats.append(ReportFormat(kind, Path(path)))
         else:
-            raise pytest.UsageError(f"{origin}: unknown report format {value!r}; use {FORMAT_HELP}")
+            raise pytest.UsageError(
+                f"{origin}: unknown report format {value!r}; use {FORMAT_HELP}"
+                + _path_hint(value, origin)
+            )
     return formats
+
+
+def _path_hint(value: str, origin: str) -> str:
+    if not origin.startswith("--") or not ("::" in value or Path(value).exists()):
+        return ""
+    return (
+        f" ({value!r} looks like a test path: the option takes the next word as its format, "
+        "so write --cudagraph-report=term before paths, or put the option after them)"
+    )
 
 
 class TestActivity:

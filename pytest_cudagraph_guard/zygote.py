@@ -21,6 +21,7 @@ import select
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import NoReturn
 
@@ -44,7 +45,28 @@ def preload(name: str) -> None:
 
 
 def fork_hazard() -> str | None:
-    """Why forking this process would not give a sound child, or None."""
+    """Why forking this process would not give a sound child, or None.
+
+    Thread pools that stop themselves before a fork (OpenBLAS's, loaded with numpy, does) are
+    gone after one throwaway fork, and are only started again when used, which a zygote never
+    does: so a pool found here is given that one chance to go."""
+    hazard = _hazard_now()
+    if hazard is None or _cuda_driver_loaded():
+        return hazard
+    _throwaway_fork()
+    return _hazard_now()
+
+
+def _throwaway_fork() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12's "fork with threads"
+        pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _hazard_now() -> str | None:
     threads = _os_thread_count()
     if threads > 1:
         return f"the zygote has {threads} OS threads"

@@ -351,3 +351,12 @@ def test_a_report_without_torch(ourtester: pytest.Pytester) -> None:
     assert document["environment"]["torch"] is None
     assert set(document["environment"]) == {"python", "torch", "triton", "cuda", "driver", "gpus"}
     assert [(r["outcome"], r["settings"]) for r in document["tests"]] == [("skipped", {})]
+
+
+def test_a_test_path_taken_for_the_format_is_explained(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = ourtester.runpytest("--cudagraph-report", "test_one.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*unknown report format 'test_one.py'*looks like a test path*--cudagraph-report=term*"]
+    )

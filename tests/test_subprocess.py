@@ -498,3 +498,33 @@ def test_a_zygote_that_cannot_fork_safely_gives_way_to_spawned_interpreters(
             "has * OS threads; each marked test now starts a fresh interpreter instead*"
         ]
     )
+
+
+def test_a_thread_pool_that_stops_before_fork_does_not_cost_the_zygote(
+    ourtester: pytest.Pytester,
+) -> None:
+    """As numpy's OpenBLAS does: its threads end in a pthread_atfork handler."""
+    site = ourtester.mkdir("site")
+    (site / "sitecustomize.py").write_text(
+        "import os, sys, threading\n"
+        "if sys.argv[-1] == 'serve':\n"
+        "    stop = threading.Event()\n"
+        "    pool = threading.Thread(target=stop.wait, daemon=True)\n"
+        "    pool.start()\n"
+        "    def shut_down():\n"
+        "        stop.set()\n"
+        "        pool.join()\n"
+        "    os.register_at_fork(before=shut_down)\n"
+    )
+    ourtester.makepyfile(
+        f"""
+        import os
+        import pytest
+
+        @pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
+        def test_forked():
+            assert os.getppid() != {os.getpid()}
+        """
+    )
+    result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
+    result.assert_outcomes(passed=1)

@@ -11,6 +11,9 @@ the broken and the fixed pipeline can both be run:
 - ``serialize_first_steps``: run the drafters' first steps, where they warm up and capture, one
   at a time, and let none go on until all have captured: torch before 2.13 does not serialize
   captures across threads, and any thread's kernel launched during another's capture breaks it.
+  On CUDA before torch 2.13 the later steps take turns too: there, drafters replaying their
+  graphs at once aborted the process on an H200 with torch 2.11 (in the backward pass, which
+  autograd runs for every drafter on its one device thread).
 
 On CUDA each step starts with ``torch.compiler.cudagraph_mark_step_begin()``, as a training loop
 under CUDA graphs must: the step's outputs and gradients live in the graph's memory.
@@ -29,6 +32,7 @@ import torch.nn.functional as F
 from .models import Drafter, TargetModel
 
 WARMUP_STEPS = 3  # reduce-overhead warms up, records, then replays
+TORCH_RELEASE = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
 
 
 @dataclass(frozen=True)
@@ -99,16 +103,18 @@ class DrafterTrainer:
             optimizer.step()
             return float(loss.detach())
 
+        serialize = self.options.serialize_first_steps
+        every_step = serialize and self.options.device == "cuda" and TORCH_RELEASE < (2, 13)
         losses = []
         try:
             for step, tokens in enumerate(self.batches):
-                if self.options.serialize_first_steps and step < WARMUP_STEPS:
+                if serialize and step == WARMUP_STEPS:
+                    self._all_captured.wait(timeout=300)
+                if every_step or (serialize and step < WARMUP_STEPS):
                     with self._first_steps:
                         losses.append(train_step(tokens))
-                    continue
-                if self.options.serialize_first_steps and step == WARMUP_STEPS:
-                    self._all_captured.wait(timeout=300)
-                losses.append(train_step(tokens))
+                else:
+                    losses.append(train_step(tokens))
         except BaseException:
             self._all_captured.abort()  # no drafter waits for one that failed
             raise
