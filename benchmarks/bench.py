@@ -184,13 +184,15 @@ def cold_import_torch() -> float:
     return time.perf_counter() - start
 
 
-def measure_subprocess(pairs: int, log: Callable[[str], None]) -> dict[str, object]:
+def measure_subprocess(
+    pairs: int, log: Callable[[str], None], marked: int = 8
+) -> dict[str, object]:
     plain = ["-p", "no:cacheprovider", "-q"]
     with tempfile.TemporaryDirectory(prefix="cgg-bench-subprocess-") as tmp:
         roots = {
-            "marked_8": (8, SUBPROCESS_TEST),
-            "unmarked_8": (8, UNMARKED_TORCH_TEST),
-            "marked_24": (24, SUBPROCESS_TEST),
+            "marked_8": (marked, SUBPROCESS_TEST),
+            "unmarked_8": (marked, UNMARKED_TORCH_TEST),
+            "marked_24": (3 * marked, SUBPROCESS_TEST),
         }
         for name, (tests, template) in roots.items():
             write_torch_module(Path(tmp) / name, tests, template)
@@ -201,20 +203,20 @@ def measure_subprocess(pairs: int, log: Callable[[str], None]) -> dict[str, obje
                 times[name].append(timed(plain, Path(tmp) / name))
             times["import_torch"].append(cold_import_torch())
     total = [
-        (m - u) / 8 / t
+        (m - u) / marked / t
         for m, u, t in zip(
             times["marked_8"], times["unmarked_8"], times["import_torch"], strict=True
         )
     ]
     each = [
-        (m24 - m8) / 16 / t
+        (m24 - m8) / (2 * marked) / t
         for m24, m8, t in zip(
             times["marked_24"], times["marked_8"], times["import_torch"], strict=True
         )
     ]
     result = {
         "case": "subprocess",
-        "what": "8 marked trivial tests vs unmarked, per test, over one cold import torch",
+        "what": f"{marked} marked trivial tests vs unmarked, per test, over one cold import torch",
         "pairs": pairs,
         "total_ratio": round(statistics.median(total), 4),
         "each_more_ratio": round(statistics.median(each), 4),
@@ -224,8 +226,8 @@ def measure_subprocess(pairs: int, log: Callable[[str], None]) -> dict[str, obje
     log(
         f"subprocess total {result['total_ratio']:.3f}, each more {result['each_more_ratio']:.3f} "
         f"of a cold import torch (median {statistics.median(times['import_torch']):.2f} s; "
-        f"target <= 0.1); marked 8 {statistics.median(times['marked_8']):.2f} s, unmarked 8 "
-        f"{statistics.median(times['unmarked_8']):.2f} s, marked 24 "
+        f"target <= 0.1); marked {marked} {statistics.median(times['marked_8']):.2f} s, unmarked "
+        f"{marked} {statistics.median(times['unmarked_8']):.2f} s, marked {3 * marked} "
         f"{statistics.median(times['marked_24']):.2f} s"
     )
     return result
@@ -240,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--subprocess", action="store_true", help="measure the cudagraph_subprocess marker only"
     )
+    parser.add_argument("--marked", type=int, default=8, help="marked tests for --subprocess (8)")
     args = parser.parse_args(argv)
     if args.tests < 1 or args.pairs < 1:
         parser.error("--tests and --pairs must be positive")
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.pairs} pairs per case; ratio = median(A/B)"
     )
     if args.subprocess:
-        results = [measure_subprocess(args.pairs, print)]
+        results = [measure_subprocess(args.pairs, print, args.marked)]
     else:
         results = [measure(cases()[name], args.tests, args.pairs, print) for name in chosen]
     if args.json:

@@ -5,7 +5,10 @@ on CUDA, a CPU-friendly backend elsewhere. The fixes the plugin's report names a
 the broken and the fixed pipeline can both be run:
 
 - ``ready_thread_state``: call ``ensure_cudagraph_tls()`` first in each drafter thread (torch
-  before 2.13 creates CUDAGraph Trees state only in the main thread and autograd's threads);
+  before 2.13 creates CUDAGraph Trees state only in the main thread and autograd's threads), and
+  before 2.13 give each drafter a step function of its own: there, the drafters' steps compile to
+  one graph whose CUDA-graph callable belongs to the thread that ran it first (2.13 keeps one
+  per thread);
 - ``carry_config``: start each thread in a copy of the caller's ``contextvars`` context, so that
   config set by the caller is in effect there (torch >= 2.12 keeps overrides per thread);
 - ``serialize_first_steps``: run the drafters' first steps, where they warm up and capture, one
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -89,6 +93,8 @@ class DrafterTrainer:
         def logits(tokens: torch.Tensor) -> torch.Tensor:
             return drafter(tokens)
 
+        if self.options.ready_thread_state and TORCH_RELEASE < (2, 13):
+            logits = _own_code(logits, f"drafter_{index}_logits")
         forward = compile_step(logits, self.options.device)
 
         def train_step(tokens: torch.Tensor) -> float:
@@ -144,6 +150,12 @@ class DrafterTrainer:
                 self.errors[index] = exc
 
         return body
+
+
+def _own_code(function: Callable[..., torch.Tensor], name: str) -> Callable[..., torch.Tensor]:
+    """The same function on a code object of its own, which dynamo compiles and caches apart."""
+    code = function.__code__.replace(co_name=name)
+    return types.FunctionType(code, function.__globals__, name, None, function.__closure__)
 
 
 def _in_copied_context(body: Callable[[], None]) -> Callable[[], None]:
