@@ -142,7 +142,10 @@ def pytest_pycollect_makeitem(
 
 
 def pytest_collectstart(collector: pytest.Collector) -> None:
-    if isinstance(collector, pytest.Module) and not _is_subprocess_child(collector.config):
+    config = collector.config
+    if isinstance(collector, pytest.Module) and not (
+        config.option.collectonly or _is_subprocess_child(config)
+    ):
         _prestart_test_processes(collector)
 
 

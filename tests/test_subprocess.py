@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 
 def _alive(pid: int) -> bool:
@@ -406,9 +407,8 @@ def test_the_marker_is_documented(ourtester: pytest.Pytester) -> None:
     )
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible here")
 def test_require_cuda_skips_without_a_device(ourtester: pytest.Pytester) -> None:
-    if torch_cuda_visible():
-        pytest.skip("a CUDA device is visible here")
     ourtester.makepyfile(
         """
         import pytest
@@ -421,12 +421,6 @@ def test_require_cuda_skips_without_a_device(ourtester: pytest.Pytester) -> None
     result = ourtester.runpytest("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED * CUDA is not available"])
-
-
-def torch_cuda_visible() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
 
 
 SLEEPER = """
