@@ -4,6 +4,7 @@ session set up as the parent's, and send each report back through pytest's own s
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import json
 import os
@@ -17,6 +18,7 @@ from typing import IO, Any, NoReturn
 import pytest
 
 STACKS_SIGNAL = signal.SIGUSR1
+PR_SET_PDEATHSIG = 1
 child_request_key = pytest.StashKey[dict[str, Any]]()
 _stacks_stream: list[IO[str]] = []  # kept open for faulthandler until the process ends
 
@@ -62,6 +64,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _enter(request: dict[str, Any]) -> None:
+    _die_with_parent()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -69,6 +72,13 @@ def _enter(request: dict[str, Any]) -> None:
     # A copy of the real stderr: pytest's capture points fd 2 elsewhere while the test runs.
     _stacks_stream.append(os.fdopen(os.dup(2), "w"))
     faulthandler.register(STACKS_SIGNAL, file=_stacks_stream[0], all_threads=True)
+
+
+def _die_with_parent() -> None:
+    """On Linux, a test process ends with the process that started it (a zygote, or the pytest
+    process that spawned it), even one killed with SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the zygote's pipe still is
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _run_session(request: dict[str, Any]) -> int:

@@ -30,7 +30,7 @@ from .diagnosis import PROCESS_CRASH, TIMEOUT
 from .leak_guard import CudagraphGuardWarning
 from .markers import SubprocessOptions
 from .report import USER_PROPERTY, death_record
-from .zygote import STDERR_NAME, STDOUT_NAME
+from .zygote import SESSION_FOLDER_PREFIX, STDERR_NAME, STDOUT_NAME
 
 ZYGOTE_MODULE: Final = "pytest_cudagraph_guard.zygote"
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
@@ -40,6 +40,7 @@ TAIL_LINES: Final = 30
 SECTION_LIMIT: Final = 1_000_000
 MAX_ZYGOTES: Final = 4
 PHASES: Final = ("setup", "call", "teardown")
+OWNER_FILE: Final = "owner.pid"
 # Variables read when an interpreter or torch starts: a child must come from a zygote that
 # started with the same values, or from a spawned interpreter.
 IMPORT_TIME_PREFIXES: Final = ("TORCH", "PYTORCH", "PYTHON", "OMP_", "MKL_", "KMP_", "TRITON")
@@ -309,7 +310,9 @@ class SubprocessRunner:
 
     def _session_folder(self) -> Path:
         if self._folder is None:
-            self._folder = Path(tempfile.mkdtemp(prefix="pytest-cudagraph-subprocess-"))
+            _remove_folders_of_dead_sessions()
+            self._folder = Path(tempfile.mkdtemp(prefix=SESSION_FOLDER_PREFIX))
+            (self._folder / OWNER_FILE).write_text(str(os.getpid()))
         return self._folder
 
     def _new_test_folder(self) -> Path:
@@ -317,6 +320,28 @@ class SubprocessRunner:
         folder = self._session_folder() / f"test-{self._count}"
         folder.mkdir(mode=0o700)
         return folder
+
+
+def _remove_folders_of_dead_sessions() -> None:
+    """What a session killed with SIGKILL left behind, since nobody was left to remove it."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{SESSION_FOLDER_PREFIX}*"):
+        try:
+            owner = int((folder / OWNER_FILE).read_text())
+            mine = folder.stat().st_uid == os.getuid()
+        except (OSError, ValueError):
+            continue
+        if mine and not _process_exists(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _owner_only(path: Path, mode: str) -> IO[Any]:

@@ -18,6 +18,7 @@ import gc
 import importlib
 import os
 import select
+import shutil
 import signal
 import sys
 import threading
@@ -29,9 +30,11 @@ PRELOAD_FIRST = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
 # Imported only while no test waits: each saves a child a second of compiling imports. Not
 # torch._inductor.compile_fx: on torch 2.11 with triton, importing it starts a CUDA driver thread.
 PRELOAD_WHILE_IDLE = ("torch._dynamo", "torch._inductor.config")
+SESSION_FOLDER_PREFIX = "pytest-cudagraph-subprocess-"
 STDOUT_NAME = "stdout"
 STDERR_NAME = "stderr"
 CHILD_CRASH_EXIT = 3
+_PARENT = os.getppid()
 
 
 def preload(name: str) -> None:
@@ -105,6 +108,7 @@ def serve() -> NoReturn:
         idle_preloads.clear()  # once tests flow, they come first
         line = requests.next()
         if line is None:
+            _leave_no_files()
             break
         command, _, path = line.partition(" ")
         if command == "run":
@@ -123,6 +127,7 @@ def _serve_one(request_path: str, replies: int, requests: _Lines) -> None:
     if status is None:  # the parent is gone: so is the test
         _kill_group(pid)
         os.waitpid(pid, 0)
+        _leave_no_files()
         os._exit(0)
     _send(replies, f"exited {pid} {status}")
 
@@ -145,6 +150,15 @@ class _Lines:
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode()
+
+
+def _leave_no_files() -> None:
+    """A parent that was killed cannot remove its session folder, our working directory: we do."""
+    if os.getppid() == _PARENT:
+        return  # the parent is alive and removes it itself
+    folder = Path.cwd()
+    if folder.name.startswith(SESSION_FOLDER_PREFIX):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _send(fd: int, message: str) -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -431,7 +432,8 @@ import pytest
 @pytest.mark.cudagraph_subprocess
 def test_sleeps():
     with open(os.environ["PIDS"], "w") as file:
-        file.write(f"{os.getpid()} {os.getppid()}\\n")
+        zygote_folder = os.readlink(f"/proc/{os.getppid()}/cwd")
+        file.write(f"{os.getpid()} {os.getppid()} {zygote_folder}\\n")
     time.sleep(120)
 """
 
@@ -448,7 +450,7 @@ def test_no_process_outlives_the_session(ourtester: pytest.Pytester, stop: signa
         stderr=subprocess.STDOUT,
     )
     try:
-        child, zygote = (int(pid) for pid in _wait_for(pids).split())
+        child, zygote, folder = _wait_for(pids).split()
         session.send_signal(stop)
         output = session.communicate(timeout=60)[0].decode()
     finally:
@@ -457,10 +459,12 @@ def test_no_process_outlives_the_session(ourtester: pytest.Pytester, stop: signa
     if stop == signal.SIGINT:
         assert "KeyboardInterrupt" in output
     deadline = time.monotonic() + 15
-    while (_alive(child) or _alive(zygote)) and time.monotonic() < deadline:
+    while (_alive(int(child)) or _alive(int(zygote))) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child)
-    assert not _alive(zygote)
+    assert not _alive(int(child))
+    assert not _alive(int(zygote))
+    assert "pytest-cudagraph-subprocess-" in folder
+    assert not Path(folder).exists()
 
 
 def test_a_zygote_that_cannot_fork_safely_gives_way_to_spawned_interpreters(
@@ -522,3 +526,54 @@ def test_a_thread_pool_that_stops_before_fork_does_not_cost_the_zygote(
     )
     result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
     result.assert_outcomes(passed=1)
+
+
+def test_a_spawned_test_process_dies_with_a_killed_session(ourtester: pytest.Pytester) -> None:
+    site = ourtester.mkdir("site")
+    (site / "sitecustomize.py").write_text(
+        "import sys, threading, time\n"
+        "if sys.argv[-1] == 'serve':\n"
+        "    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+    )
+    ourtester.makepyfile(
+        f"""
+        import os
+        import time
+        import pytest
+
+        @pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
+        def test_sleeps():
+            with open(os.environ["PIDS"], "w") as file:
+                file.write(f"{{os.getpid()}} {{os.getppid()}}\\n")
+            time.sleep(120)
+        """
+    )
+    pids = ourtester.path / "pids"
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest"],
+        cwd=ourtester.path,
+        env={**os.environ, "PIDS": str(pids)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        child, parent = (int(pid) for pid in _wait_for(pids).split())
+        assert parent == session.pid  # spawned by the session itself, not by a zygote
+        session.kill()
+        session.wait(timeout=30)
+    finally:
+        session.kill()
+        session.wait()
+    deadline = time.monotonic() + 15
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+    owners = Path(tempfile.gettempdir()).glob("pytest-cudagraph-subprocess-*/owner.pid")
+    [left] = [owner.parent for owner in owners if owner.read_text() == str(session.pid)]
+
+    ourtester.makepyfile(test_sleeps="def test_nothing():\n    pass\n")
+    ourtester.makepyfile(
+        test_next="import pytest\n\n@pytest.mark.cudagraph_subprocess\ndef test_x():\n    pass\n"
+    )
+    ourtester.runpytest("test_next.py").assert_outcomes(passed=1)
+    assert not left.exists()  # the next session removed what the killed one left
