@@ -438,17 +438,22 @@ def test_sleeps():
 """
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["interrupted", "killed"])
-def test_no_process_outlives_the_session(ourtester: pytest.Pytester, stop: signal.Signals) -> None:
-    ourtester.makepyfile(SLEEPER)
-    pids = ourtester.path / "pids"
-    session = subprocess.Popen(
+def _session_in_background(ourtester: pytest.Pytester, pids: Path) -> subprocess.Popen[bytes]:
+    """A pytest session in its own process, its test told where to write its pids."""
+    return subprocess.Popen(
         [sys.executable, "-m", "pytest"],
         cwd=ourtester.path,
         env={**os.environ, "PIDS": str(pids)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["interrupted", "killed"])
+def test_no_process_outlives_the_session(ourtester: pytest.Pytester, stop: signal.Signals) -> None:
+    ourtester.makepyfile(SLEEPER)
+    pids = ourtester.path / "pids"
+    session = _session_in_background(ourtester, pids)
     try:
         child, zygote, folder = _wait_for(pids).split()
         session.send_signal(stop)
@@ -467,15 +472,21 @@ def test_no_process_outlives_the_session(ourtester: pytest.Pytester, stop: signa
     assert not Path(folder).exists()
 
 
-def test_a_zygote_that_cannot_fork_safely_gives_way_to_spawned_interpreters(
-    ourtester: pytest.Pytester,
-) -> None:
+def _site_whose_zygote_cannot_fork(ourtester: pytest.Pytester) -> Path:
+    """A sitecustomize that starts a thread in the zygote, as a library's thread pool would."""
     site = ourtester.mkdir("site")
     (site / "sitecustomize.py").write_text(
         "import sys, threading, time\n"
         "if sys.argv[-1] == 'serve':\n"
         "    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
     )
+    return site
+
+
+def test_a_zygote_that_cannot_fork_safely_gives_way_to_spawned_interpreters(
+    ourtester: pytest.Pytester,
+) -> None:
+    site = _site_whose_zygote_cannot_fork(ourtester)
     ourtester.makepyfile(
         f"""
         import os
@@ -529,12 +540,7 @@ def test_a_thread_pool_that_stops_before_fork_does_not_cost_the_zygote(
 
 
 def test_a_spawned_test_process_dies_with_a_killed_session(ourtester: pytest.Pytester) -> None:
-    site = ourtester.mkdir("site")
-    (site / "sitecustomize.py").write_text(
-        "import sys, threading, time\n"
-        "if sys.argv[-1] == 'serve':\n"
-        "    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
-    )
+    site = _site_whose_zygote_cannot_fork(ourtester)
     ourtester.makepyfile(
         f"""
         import os
@@ -549,13 +555,7 @@ def test_a_spawned_test_process_dies_with_a_killed_session(ourtester: pytest.Pyt
         """
     )
     pids = ourtester.path / "pids"
-    session = subprocess.Popen(
-        [sys.executable, "-m", "pytest"],
-        cwd=ourtester.path,
-        env={**os.environ, "PIDS": str(pids)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    session = _session_in_background(ourtester, pids)
     try:
         child, parent = (int(pid) for pid in _wait_for(pids).split())
         assert parent == session.pid  # spawned by the session itself, not by a zygote
