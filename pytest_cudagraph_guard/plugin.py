@@ -27,8 +27,8 @@ from .markers import (
 )
 
 if TYPE_CHECKING:
+    from .processes import SubprocessRunner
     from .report import Reporter, ReportFormat
-    from .subprocess_runner import SubprocessRunner
 
 REPORT_FORMAT_HELP = "term, term-all, json:PATH or md:PATH"
 
@@ -288,7 +288,7 @@ def _is_subprocess_child(config: pytest.Config) -> bool:
 def _subprocess_runner(config: pytest.Config) -> SubprocessRunner:
     runner = config.stash.get(subprocess_runner_key, None)
     if runner is None:
-        from .subprocess_runner import SubprocessRunner
+        from .processes import SubprocessRunner
 
         runner = SubprocessRunner()
         config.stash[subprocess_runner_key] = runner
