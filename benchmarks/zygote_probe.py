@@ -1,4 +1,5 @@
-"""Which of the zygote's preloads start OS threads or load the CUDA driver (run where torch is)."""
+"""Which of the zygote's preloads start OS threads or load the CUDA driver (run where torch is):
+after each, the zygote's own verdict (a throwaway fork included) and the threads left."""
 
 import os
 import sys
@@ -6,14 +7,12 @@ from pathlib import Path
 
 from pytest_cudagraph_guard import zygote
 
+
+def thread_names() -> list[str]:
+    tasks = Path("/proc/self/task")
+    return sorted((tasks / t / "comm").read_text().strip() for t in os.listdir(tasks))
+
+
 for name in (*zygote.PRELOAD_FIRST, *zygote.PRELOAD_WHILE_IDLE):
     zygote.preload(name)
-    names = sorted(
-        Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task")
-    )
-    print(f"{name}: {zygote.fork_hazard()}; threads {names}", file=sys.stderr)
-
-print(
-    f"after the zygote's hazard check: {zygote.fork_hazard()}; threads {zygote._os_thread_count()}",
-    file=sys.stderr,
-)
+    print(f"{name}: {zygote.fork_hazard()}; threads {thread_names()}", file=sys.stderr)

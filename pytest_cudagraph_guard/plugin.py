@@ -40,6 +40,9 @@ foreign_errors_key = pytest.StashKey[list[dict[str, Any]]]()
 thread_options_key = pytest.StashKey[ThreadOptions]()
 reporter_key = pytest.StashKey["Reporter"]()
 subprocess_runner_key = pytest.StashKey["SubprocessRunner"]()
+# Set by the test process's own plugin: this session runs one marked test inside its process.
+subprocess_child_key = pytest.StashKey[dict[str, Any]]()
+marks_key = pytest.StashKey[tuple[pytest.Mark | None, pytest.Mark | None]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -157,7 +160,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-    mark = item.get_closest_marker(SUBPROCESS_MARKER)
+    _, mark = _plugin_marks(item)
     if mark is None or _is_subprocess_child(item.config):
         return None
     try:
@@ -176,8 +179,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     reporter = item.config.stash.get(reporter_key, None)
     if reporter is not None:
         reporter.test_started(item)
-    thread_mark = item.get_closest_marker(THREAD_MARKER)
-    process_mark = item.get_closest_marker(SUBPROCESS_MARKER)
+    thread_mark, process_mark = _plugin_marks(item)
     if thread_mark is None and process_mark is None:
         return
     try:  # again: a marker may have been added after collection
@@ -280,9 +282,17 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
 
 
 def _is_subprocess_child(config: pytest.Config) -> bool:
-    from .subprocess_child import child_request_key
+    return subprocess_child_key in config.stash
 
-    return child_request_key in config.stash
+
+def _plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | None]:
+    """The item's thread and subprocess markers, looked up once per test (after collection
+    hooks may have added them)."""
+    marks = item.stash.get(marks_key, None)
+    if marks is None:
+        marks = (item.get_closest_marker(THREAD_MARKER), item.get_closest_marker(SUBPROCESS_MARKER))
+        item.stash[marks_key] = marks
+    return marks
 
 
 def _subprocess_runner(config: pytest.Config) -> SubprocessRunner:

@@ -30,6 +30,7 @@ TAIL_LINES: Final = 30
 SECTION_LIMIT: Final = 1_000_000
 MAX_ZYGOTES: Final = 4
 OWNER_FILE: Final = "owner.pid"
+RESULTS_NAME: Final = "results.jsonl"
 # Variables read when an interpreter or torch starts: a child must come from a zygote that
 # started with the same values, or from a spawned interpreter.
 IMPORT_TIME_PREFIXES: Final = ("TORCH", "PYTORCH", "PYTHON", "OMP_", "MKL_", "KMP_", "TRITON")
@@ -165,20 +166,20 @@ class SubprocessRunner:
     def __init__(self) -> None:
         self._folder: Path | None = None
         self._zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
-        self._spawn_reason: str | None = None
+        self._spawn_reason = "Windows has no fork" if sys.platform == "win32" else None
         self._notices: list[str] = []
         self._count = 0
 
     def prestart(self, env: dict[str, str]) -> None:
         """Starts a zygote early, so that its imports overlap the session's collection."""
-        if self._spawn_reason is None and sys.platform != "win32":
+        if self._spawn_reason is None:
             self._zygote(env)
 
     def run(self, request: dict[str, Any], timeout: float) -> ChildExit:
         folder = self._new_test_folder()
         request = {
             **request,
-            "results": str(folder / "results.jsonl"),
+            "results": str(folder / RESULTS_NAME),
             "basetemp": str(folder / "tmp"),
         }
         request_path = folder / "request.pickle"
@@ -196,9 +197,7 @@ class SubprocessRunner:
         shutil.rmtree(outcome.folder, ignore_errors=True)
 
     def close(self) -> None:
-        for zygote in self._zygotes.values():
-            zygote.close()
-        self._zygotes.clear()
+        self._close_zygotes()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
@@ -206,7 +205,7 @@ class SubprocessRunner:
     # -- processes ---------------------------------------------------------------------------
 
     def _usable_zygote(self, env: dict[str, str]) -> Zygote | None:
-        if self._spawn_reason is not None or sys.platform == "win32":
+        if self._spawn_reason is not None:
             return None
         zygote = self._zygote(env)
         if not zygote.wait_ready():
@@ -237,6 +236,9 @@ class SubprocessRunner:
             f"cudagraph_subprocess: {reason}; each marked test now starts a fresh interpreter "
             "instead (slower, as fresh)"
         )
+        self._close_zygotes()
+
+    def _close_zygotes(self) -> None:
         for zygote in self._zygotes.values():
             zygote.close()
         self._zygotes.clear()

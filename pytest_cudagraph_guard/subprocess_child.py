@@ -17,9 +17,10 @@ from typing import IO, Any, NoReturn
 
 import pytest
 
+from .plugin import subprocess_child_key
+
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
-child_request_key = pytest.StashKey[dict[str, Any]]()
 _stacks_stream: list[IO[str]] = []  # kept open for faulthandler until the process ends
 
 # Plugins of the parent that must not act in the child: they would rewrite the parent's cache,
@@ -103,7 +104,7 @@ class SubprocessChild:
     @pytest.hookimpl(tryfirst=True)
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
         self.config = config
-        config.stash[child_request_key] = self.request
+        config.stash[subprocess_child_key] = self.request
         config.args = [self.request["nodearg"]]
         for name, value in NEUTRAL_OPTIONS.items():
             if hasattr(config.option, name):

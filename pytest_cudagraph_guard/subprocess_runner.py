@@ -16,7 +16,7 @@ import pytest
 from .diagnosis import PROCESS_CRASH, TIMEOUT
 from .leak_guard import CudagraphGuardWarning
 from .markers import SubprocessOptions
-from .processes import ChildExit, SubprocessRunner, last_lines, signal_name
+from .processes import RESULTS_NAME, ChildExit, SubprocessRunner, last_lines, signal_name
 from .report import USER_PROPERTY, death_record
 from .zygote import STDERR_NAME, STDOUT_NAME
 
@@ -35,7 +35,7 @@ class ChildMessages:
 def read_messages(outcome: ChildExit) -> ChildMessages:
     messages = ChildMessages()
     try:
-        lines = (outcome.folder / "results.jsonl").read_text(encoding="utf-8").splitlines()
+        lines = (outcome.folder / RESULTS_NAME).read_text(encoding="utf-8").splitlines()
     except OSError:
         lines = []
     for line in lines:
@@ -52,15 +52,17 @@ def read_messages(outcome: ChildExit) -> ChildMessages:
     return messages
 
 
-def death_message(
-    outcome: ChildExit, messages: ChildMessages, timeout: float, nodeid: str, ran: bool
-) -> str:
-    what = outcome.death(timeout)
+def death_summary(outcome: ChildExit, timeout: float, nodeid: str, ran: bool) -> str:
+    """One line: how the test process ended without a result."""
     if not ran and outcome.status is not None and not outcome.timed_out:
         code = os.waitstatus_to_exitcode(outcome.status)
         if code >= 0:
-            what = f"test process ran no test {nodeid!r} (exit code {code})"
-    parts = [f"cudagraph_subprocess: {what}"]
+            return f"test process ran no test {nodeid!r} (exit code {code})"
+    return outcome.death(timeout)
+
+
+def death_message(outcome: ChildExit, messages: ChildMessages, summary: str, ran: bool) -> str:
+    parts = [f"cudagraph_subprocess: {summary}"]
     if messages.collect_errors:
         parts.append("its collection failed:\n" + "\n".join(messages.collect_errors))
     if outcome.timed_out:
@@ -74,9 +76,8 @@ def death_message(
     return "\n\n".join(parts)
 
 
-def death_error(outcome: ChildExit, message: str) -> dict[str, Any]:
+def death_error(outcome: ChildExit, summary: str) -> dict[str, Any]:
     """The report's error entry for a test process that ended without a result."""
-    first_line = message.splitlines()[0].removeprefix("cudagraph_subprocess: ")
     if outcome.timed_out:
         kind, kind_type = TIMEOUT, "Timeout"
         hint = (
@@ -94,7 +95,7 @@ def death_error(outcome: ChildExit, message: str) -> dict[str, Any]:
     return {
         "thread": f"subprocess {outcome.pid}",
         "type": kind_type,
-        "message": first_line,
+        "message": summary,
         "kind": kind,
         "hint": hint,
         "traceback": last_lines(outcome.stream(STDERR_NAME)),
@@ -207,7 +208,8 @@ def _log_death(
     logged: list[str],
     reporting: bool,
 ) -> None:
-    message = death_message(outcome, messages, options.timeout, item.nodeid, ran=bool(logged))
+    summary = death_summary(outcome, options.timeout, item.nodeid, ran=bool(logged))
+    message = death_message(outcome, messages, summary, ran=bool(logged))
     phase = next(p for p in PHASES if p not in logged)
     sections = [
         (f"Captured {name} (test process {outcome.pid})", text)
@@ -219,7 +221,7 @@ def _log_death(
     if phase != "teardown":
         reports.append(_report(item, "teardown", "passed"))
     if reporting:
-        record = _death_record(item, outcome, message, options)
+        record = _death_record(item, outcome, summary, options)
         reports[-1].user_properties.append((USER_PROPERTY, record))
     for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
@@ -251,9 +253,9 @@ def _report(
 
 
 def _death_record(
-    item: pytest.Item, outcome: ChildExit, message: str, options: SubprocessOptions
+    item: pytest.Item, outcome: ChildExit, summary: str, options: SubprocessOptions
 ) -> dict[str, Any]:
-    error = death_error(outcome, message)
+    error = death_error(outcome, summary)
     record = death_record(item, f"subprocess {outcome.pid}", options.trees, options.env, error)
     item.config.hook.pytest_cudagraph_record(item=item, record=record)
     return record
