@@ -1,5 +1,6 @@
-"""Which of the zygote's preloads start OS threads or load the CUDA driver (run where torch is):
-after each, the zygote's own verdict (a throwaway fork included) and the threads left."""
+"""Which of the zygote's preloads start OS threads or initialise the CUDA driver (run where
+torch is): after each, the zygote's own verdict (a throwaway fork included) and the threads
+left."""
 
 import os
 import sys
@@ -13,6 +14,6 @@ def thread_names() -> list[str]:
     return sorted((tasks / t / "comm").read_text().strip() for t in os.listdir(tasks))
 
 
-for name in (*zygote.PRELOAD_FIRST, *zygote.PRELOAD_WHILE_IDLE):
+for name in (*zygote.PRELOAD_FIRST, *zygote.PRELOAD_FOR_COMPILING):
     zygote.preload(name)
     print(f"{name}: {zygote.fork_hazard()}; threads {thread_names()}", file=sys.stderr)

@@ -696,6 +696,53 @@ def apply_cudagraph_settings(trees: bool) -> None:
     config.mark_dirty()
 
 
+def settings_can_wait_for_import() -> bool:
+    """Whether cudagraph settings may be applied when inductor's config is first imported, in
+    whichever thread imports it: where config is process-wide (torch <= 2.11). From 2.12 a
+    setting belongs to the thread that makes it, so it must be made in the main thread."""
+    return (0, 0) < release_tuple() < (2, 12)
+
+
+def run_after_import(name: str, action: Callable[[], None]) -> bool:
+    """Arranges for ``action`` to run as soon as module ``name`` has been executed, before the
+    importer gets it; False, doing nothing, if ``name`` is imported already."""
+    if name in sys.modules:
+        return False
+    sys.meta_path.insert(0, _AfterImport(name, action))
+    return True
+
+
+class _AfterImport:
+    """A meta path finder that runs ``action`` right after the module ``name`` is executed,
+    leaving the finding and loading to the finders behind it."""
+
+    def __init__(self, name: str, action: Callable[[], None]) -> None:
+        self.name = name
+        self.action = action
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find_spec = getattr(finder, "find_spec", None)
+            spec = None if find_spec is None else find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                self._run_after_exec(spec.loader)
+                return spec
+        return None
+
+    def _run_after_exec(self, loader: Any) -> None:
+        exec_module = loader.exec_module
+
+        def exec_then_act(module: ModuleType) -> None:
+            del loader.exec_module  # the loader is the module's own; leave it as it was
+            exec_module(module)
+            self.action()
+
+        loader.exec_module = exec_then_act
+
+
 def config_is_process_wide() -> bool:
     """Whether config overrides are shared by every thread (torch <= 2.11)."""
     return import_config(INDUCTOR_CONFIG).layout != "ctxvar"

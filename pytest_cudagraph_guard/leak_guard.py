@@ -109,6 +109,14 @@ class LeakGuard:
                 self._safely(lambda: self._absorb(before, after))
             fixturedef.addfinalizer(lambda: self._safely(lambda: pending.append(Snapshot.take())))
 
+    def take_in(self, change: Callable[[], None]) -> None:
+        """Makes ``change`` and takes what it changed into the baseline, as a shared fixture's."""
+        before = self._safely(Snapshot.take)
+        change()
+        after = self._safely(Snapshot.take)
+        if before is not None and after is not None:
+            self._safely(lambda: self._absorb(before, after))
+
     def close(self) -> None:
         for module in self._counted.values():
             _torch.stop_counting(module)

@@ -101,20 +101,18 @@ class Zygote:
         return self.ready
 
     def start(self, request: Path) -> int | str:
-        """The child's pid, or why the zygote would not fork."""
-        assert self.process.stdin is not None
-        try:
-            self.process.stdin.write(f"run {request}\n".encode())
-            self.process.stdin.flush()
-        except OSError as exc:
-            return f"the zygote is gone ({exc})"
-        line = self._read_line(time.monotonic() + REAP_TIMEOUT_S)
+        """The test process's pid, or why the zygote would not fork it. The request goes out
+        before the zygote is ready, so that it forks the test before it preloads more."""
+        sent = self._send(f"run {request}")
+        if not self.wait_ready():
+            return f"the zygote did not start ({self.why_not_ready()})"
+        line = self._read_line(time.monotonic() + REAP_TIMEOUT_S) if sent else None
         if line is None:
             return "the zygote is gone"
         word, _, rest = line.partition(" ")
         if word == "started":
             return int(rest)
-        return rest or line
+        return f"the zygote would not fork: {rest or line}"
 
     def wait_exit(self, deadline: float) -> tuple[bool, int | None]:
         """(finished, wait status); (True, None) when the zygote died first."""
@@ -141,6 +139,15 @@ class Zygote:
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.log.close()
+
+    def _send(self, line: str) -> bool:
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(f"{line}\n".encode())
+            self.process.stdin.flush()
+        except OSError:
+            return False
+        return True
 
     def _read_line(self, deadline: float) -> str | None:
         stdout = self.process.stdout
@@ -185,12 +192,12 @@ class SubprocessRunner:
         request_path = folder / "request.pickle"
         with _owner_only(request_path, "wb") as file:
             pickle.dump(request, file)
-        zygote = self._usable_zygote(request["env"])
-        started: int | str = "no zygote" if zygote is None else zygote.start(request_path)
-        if zygote is not None and isinstance(started, int):
-            return self._wait_zygote_child(zygote, started, folder, timeout)
-        if zygote is not None:
-            self._give_up_zygotes(f"the zygote would not fork: {started}")
+        if self._spawn_reason is None:
+            zygote = self._zygote(request["env"])
+            started = zygote.start(request_path)
+            if isinstance(started, int):
+                return self._wait_zygote_child(zygote, started, folder, timeout)
+            self._give_up_zygotes(started)
         return self._spawn(request, request_path, folder, timeout)
 
     def remove(self, outcome: ChildExit) -> None:
@@ -203,15 +210,6 @@ class SubprocessRunner:
             self._folder = None
 
     # -- processes ---------------------------------------------------------------------------
-
-    def _usable_zygote(self, env: dict[str, str]) -> Zygote | None:
-        if self._spawn_reason is not None:
-            return None
-        zygote = self._zygote(env)
-        if not zygote.wait_ready():
-            self._give_up_zygotes(f"the zygote did not start ({zygote.why_not_ready()})")
-            return None
-        return zygote
 
     def _zygote(self, env: dict[str, str]) -> Zygote:
         key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES)))

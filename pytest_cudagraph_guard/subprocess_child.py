@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import functools
 import json
 import os
 import pickle
@@ -17,7 +18,9 @@ from typing import IO, Any, NoReturn
 
 import pytest
 
-from .plugin import subprocess_child_key
+from . import _torch
+from .plugin import leak_guard_key, subprocess_child_key
+from .zygote import note_needed_modules
 
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
@@ -45,10 +48,13 @@ NEUTRAL_OPTIONS: dict[str, Any] = {
 def run_child(request_path: str) -> NoReturn:
     """Runs the request's test and exits the process without running interpreter finalizers."""
     code = 3
+    present = frozenset(sys.modules)
     try:
         request = _load(Path(request_path))
         _enter(request)
-        code = _run_session(request)
+        child = SubprocessChild(request)
+        code = _run_session(child)
+        note_needed_modules(Path(request_path).parent, present, child.plugin_modules)
     except BaseException:
         traceback.print_exc()
     finally:
@@ -69,10 +75,19 @@ def _enter(request: dict[str, Any]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[:] = request["sys_path"]
+    sys.path[:] = _sys_path(request)
     # A copy of the real stderr: pytest's capture points fd 2 elsewhere while the test runs.
     _stacks_stream.append(os.fdopen(os.dup(2), "w"))
     faulthandler.register(STACKS_SIGNAL, file=_stacks_stream[0], all_threads=True)
+
+
+def _sys_path(request: dict[str, Any]) -> list[str]:
+    """The parent's, with what a ``PYTHONPATH`` in the marker's ``env`` adds, as it would to a
+    fresh interpreter's."""
+    parent: list[str] = request["sys_path"]
+    added = request["env"].get("PYTHONPATH", "").split(os.pathsep)
+    added = [entry for entry in dict.fromkeys(added) if entry and entry not in parent]
+    return parent[:1] + added + parent[1:]
 
 
 def _die_with_parent() -> None:
@@ -82,14 +97,18 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _run_session(request: dict[str, Any]) -> int:
+def _run_session(child: SubprocessChild) -> int:
     try:
-        from . import _torch
-
-        _torch.apply_cudagraph_settings(request["trees"])
-    except ImportError:
-        pass  # no torch: the plugin skips the test, as it does in the parent
-    return int(pytest.main(list(request["args"]), plugins=[SubprocessChild(request)]))
+        _torch.import_torch()
+    except _torch.TorchNotInstalled:
+        pass  # the plugin skips the test, as it does in the parent
+    else:
+        # A test that never compiles is then spared the second of importing inductor and dynamo.
+        if not _torch.settings_can_wait_for_import() or not _torch.run_after_import(
+            _torch.INDUCTOR_CONFIG, child.apply_cudagraph_settings
+        ):
+            child.apply_cudagraph_settings()
+    return int(pytest.main(list(child.request["args"]), plugins=[child]))
 
 
 class SubprocessChild:
@@ -100,6 +119,7 @@ class SubprocessChild:
         self.request = request
         self.results = Path(request["results"]).open("a", encoding="utf-8")  # noqa: SIM115
         self.config: pytest.Config | None = None
+        self.plugin_modules: list[str] = []  # those installed plugins that the session loaded
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
@@ -112,6 +132,15 @@ class SubprocessChild:
         config.option.basetemp = self.request["basetemp"]
         for name in BLOCKED_PLUGINS:
             config.pluginmanager.set_blocked(name)
+
+    def apply_cudagraph_settings(self) -> None:
+        """CUDA graphs on, for the whole process: not a change the running test made."""
+        guard = None if self.config is None else self.config.stash.get(leak_guard_key, None)
+        apply = functools.partial(_torch.apply_cudagraph_settings, self.request["trees"])
+        if guard is None:
+            apply()
+        else:
+            guard.take_in(apply)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         assert self.config is not None
@@ -144,8 +173,13 @@ class SubprocessChild:
         where = f"subprocess {os.getpid()}"
         record["where"] = where if record["where"] == "main" else f"{where}, {record['where']}"
 
-    def pytest_unconfigure(self) -> None:
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.results.close()
+        self.plugin_modules = [
+            name
+            for plugin, _ in config.pluginmanager.list_plugin_distinfo()
+            if isinstance(name := getattr(plugin, "__name__", None), str)
+        ]
 
     def _send(self, message: dict[str, Any]) -> None:
         self.results.write(json.dumps(message, default=repr) + "\n")

@@ -8,14 +8,17 @@ interpreter for one test. Either way the child runs :func:`subprocess_child.run_
 Protocol, one line per message. Parent to zygote: ``run REQUEST_PATH``; closing the pipe ends the
 zygote (and kills a child still running). Zygote to parent: ``ready PID``, then per request
 ``started PID`` and ``exited PID STATUS`` (STATUS as ``os.waitpid`` gives it) or
-``nofork REASON`` when forking is no longer safe.
+``nofork REASON`` when forking is no longer safe. A test process leaves in its folder the modules
+that the next one will need (``needed-modules``), which the zygote loads before the next fork.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import importlib
+import json
 import os
 import select
 import shutil
@@ -23,17 +26,27 @@ import signal
 import sys
 import threading
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NoReturn
 
+from . import _torch
+
 PRELOAD_FIRST = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
-# Imported only while no test waits: each saves a child a second of compiling imports. Not
+# Each saves a test process a second of imports. Every test process needs them where the cudagraph
+# settings are applied before the test (torch >= 2.12), and those that compile elsewhere: there
+# they are loaded while no test waits, or once a test process has needed them. Not
 # torch._inductor.compile_fx: on torch 2.11 with triton, importing it starts a CUDA driver thread.
-PRELOAD_WHILE_IDLE = ("torch._dynamo", "torch._inductor.config")
+PRELOAD_FOR_COMPILING = ("torch._dynamo", "torch._inductor.config")
+# Modules a test process imported that its zygote loads for the next one without a trial: pytest's
+# own plugins, started by every session.
+TRUSTED_PREFIXES = ("_pytest.", "pluggy.", "pytest_cudagraph_guard.")
 SESSION_FOLDER_PREFIX = "pytest-cudagraph-subprocess-"
 STDOUT_NAME = "stdout"
 STDERR_NAME = "stderr"
+NEEDED_MODULES_NAME = "needed-modules"
 CHILD_CRASH_EXIT = 3
+CUDA_ERROR_NOT_INITIALIZED = 3
 _PARENT = os.getppid()
 
 
@@ -54,7 +67,7 @@ def fork_hazard() -> str | None:
     gone after one throwaway fork, and are only started again when used, which a zygote never
     does: so a pool found here is given that one chance to go."""
     hazard = _hazard_now()
-    if hazard is None or _cuda_driver_loaded():
+    if hazard is None or _cuda_driver_initialized():
         return hazard
     _throwaway_fork()
     return _hazard_now()
@@ -73,8 +86,8 @@ def _hazard_now() -> str | None:
     threads = _os_thread_count()
     if threads > 1:
         return f"the zygote has {threads} OS threads"
-    if _cuda_driver_loaded():
-        return "the zygote has loaded the CUDA driver"
+    if _cuda_driver_initialized():
+        return "the zygote has initialised the CUDA driver"
     return None
 
 
@@ -85,12 +98,31 @@ def _os_thread_count() -> int:
         return threading.active_count()
 
 
-def _cuda_driver_loaded() -> bool:
+def _cuda_driver_initialized() -> bool:
+    """Whether ``cuInit`` has run here, after which no fork is sound. torch maps the driver library
+    on import; mapped is harmless, and the driver itself says whether it was initialised."""
+    driver_path = _mapped_cuda_driver()
+    if driver_path is None:
+        return False
+    try:
+        driver = ctypes.CDLL(driver_path, mode=os.RTLD_NOLOAD)
+        context = ctypes.c_void_p()
+        status = driver.cuCtxGetCurrent(ctypes.byref(context))
+    except (OSError, AttributeError):
+        return True  # a driver we cannot ask counts as initialised
+    return bool(status != CUDA_ERROR_NOT_INITIALIZED)
+
+
+def _mapped_cuda_driver() -> str | None:
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
-        return False
-    return "libcuda.so" in maps
+        return None
+    for line in maps.splitlines():
+        path = line.split(maxsplit=5)[-1]
+        if "/libcuda.so" in path:
+            return path
+    return None
 
 
 def serve() -> NoReturn:
@@ -101,26 +133,26 @@ def serve() -> NoReturn:
         preload(name)
     _send(replies, f"ready {os.getpid()}")
     requests = _Lines(0)
-    idle_preloads = list(PRELOAD_WHILE_IDLE)
-    while True:
-        while idle_preloads and not requests.waiting():
-            preload(idle_preloads.pop(0))
-        idle_preloads.clear()  # once tests flow, they come first
-        line = requests.next()
-        if line is None:
-            _leave_no_files()
-            break
+    pending = list(PRELOAD_FOR_COMPILING)
+    every_test_needs_them = not _torch.settings_can_wait_for_import()
+    while pending and (every_test_needs_them or not requests.waiting()):
+        preload(pending.pop(0))
+    learner = _Learner()
+    while (line := requests.next()) is not None:
         command, _, path = line.partition(" ")
         if command == "run":
-            _serve_one(path, replies, requests)
+            learner.load(_serve_one(path, replies, requests))
+    _leave_no_files()
     os._exit(0)
 
 
-def _serve_one(request_path: str, replies: int, requests: _Lines) -> None:
+def _serve_one(request_path: str, replies: int, requests: _Lines) -> dict[str, list[str]]:
+    """Forks the test's process and waits for it: the modules it had to import that the next
+    test process should find loaded."""
     hazard = fork_hazard()
     if hazard is not None:
         _send(replies, f"nofork {hazard}")
-        return
+        return {}
     pid = _fork_child(request_path, replies)
     _send(replies, f"started {pid}")
     status = _wait_child(pid, requests.fd)
@@ -129,7 +161,75 @@ def _serve_one(request_path: str, replies: int, requests: _Lines) -> None:
         os.waitpid(pid, 0)
         _leave_no_files()
         os._exit(0)
+    needed = _needed_modules(Path(request_path).parent)  # before the parent removes the folder
     _send(replies, f"exited {pid} {status}")
+    return needed
+
+
+def note_needed_modules(folder: Path, present: Iterable[str], plugins: Iterable[str]) -> None:
+    """Called by a test process as it ends, with the modules it started with and the modules of
+    the pytest plugins its session loaded: what a zygote may load for the next test process.
+    Tests that compile need dynamo, so the zygote loads it before the next fork; trivial tests
+    do not, and do not wait for it."""
+    loaded_here = set(sys.modules).difference(present)
+    needed = {
+        "modules": sorted(name for name in loaded_here if _trusted(name)),
+        "plugins": sorted(set(plugins).intersection(loaded_here)),
+    }
+    (folder / NEEDED_MODULES_NAME).write_text(json.dumps(needed))
+
+
+def _trusted(name: str) -> bool:
+    """Modules known to start no thread and leave CUDA alone when imported."""
+    return name in PRELOAD_FOR_COMPILING or name.startswith(TRUSTED_PREFIXES)
+
+
+class _Learner:
+    """Loads what test processes needed, so that the next ones find it loaded: trusted modules
+    at once, plugins only where a trial fork shows that importing them keeps forks sound."""
+
+    def __init__(self) -> None:
+        self.tried: set[str] = set()
+
+    def load(self, needed: dict[str, list[str]]) -> None:
+        for name in needed.get("modules", []):
+            if _trusted(name) and name not in sys.modules:
+                preload(name)
+        plugins = [
+            name
+            for name in needed.get("plugins", [])
+            if name not in sys.modules and name not in self.tried
+        ]
+        self.tried.update(plugins)
+        if plugins and not _fork_stays_sound_after_importing(plugins):
+            plugins = [
+                name
+                for name in plugins
+                if len(plugins) > 1 and _fork_stays_sound_after_importing([name])
+            ]
+        for name in plugins:
+            preload(name)
+
+
+def _needed_modules(folder: Path) -> dict[str, list[str]]:
+    try:
+        needed = json.loads((folder / NEEDED_MODULES_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+    return needed if isinstance(needed, dict) else {}
+
+
+def _fork_stays_sound_after_importing(names: list[str]) -> bool:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for name in names:
+                importlib.import_module(name)
+            os._exit(0 if fork_hazard() is None else 1)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 class _Lines:

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from pytest_cudagraph_guard._torch import settings_can_wait_for_import
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -539,6 +541,45 @@ def test_a_thread_pool_that_stops_before_fork_does_not_cost_the_zygote(
     result.assert_outcomes(passed=1)
 
 
+def test_a_test_process_imports_what_its_test_needs_and_the_zygote_learns_it(
+    ourtester: pytest.Pytester,
+) -> None:
+    """Where config is process-wide (torch <= 2.11), a test that never compiles is spared
+    importing inductor, one that does finds CUDA graphs on, neither counted as the test's change
+    by the guard, and the test processes after it find inductor and dynamo loaded. From 2.12
+    the settings are made before the test, in its main thread, so every test finds them."""
+    lazy = settings_can_wait_for_import()
+    ourtester.makepyfile(
+        f"""
+        import os
+        import sys
+        import pytest
+
+        @pytest.mark.cudagraph_subprocess
+        def test_1_never_compiles():
+            assert os.getppid() != {os.getpid()}
+            assert ("torch._inductor.config" in sys.modules) is {not lazy}
+
+        @pytest.mark.cudagraph_subprocess(trees=False)
+        def test_2_reads_the_config(inductor_config):
+            assert inductor_config["triton.cudagraphs"] is True
+            assert inductor_config["triton.cudagraph_trees"] is False
+            inductor_config["triton.cudagraph_trees"] = True
+
+        @pytest.mark.cudagraph_subprocess
+        def test_3_after_it():
+            assert "torch._dynamo" in sys.modules
+            import torch._inductor.config as inductor
+            assert inductor.triton.cudagraphs is True
+            assert inductor.triton.cudagraph_trees is True
+        """
+    )
+    result = ourtester.runpytest(
+        "--cudagraph-guard=fail", "-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning"
+    )
+    result.assert_outcomes(passed=3)
+
+
 def test_a_spawned_test_process_dies_with_a_killed_session(ourtester: pytest.Pytester) -> None:
     site = _site_whose_zygote_cannot_fork(ourtester)
     ourtester.makepyfile(
@@ -577,3 +618,79 @@ def test_a_spawned_test_process_dies_with_a_killed_session(ourtester: pytest.Pyt
     )
     ourtester.runpytest("test_next.py").assert_outcomes(passed=1)
     assert not left.exists()  # the next session removed what the killed one left
+
+
+def test_an_action_after_import_runs_once_the_module_is_executed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """How a test process applies the cudagraph settings where it may wait for inductor."""
+    from pytest_cudagraph_guard._torch import run_after_import
+
+    (tmp_path / "late_config.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "late_config", None)
+    monkeypatch.delitem(sys.modules, "late_config")  # and removed again when the test ends
+    seen: list[int] = []
+
+    def action() -> None:
+        module = sys.modules["late_config"]
+        seen.append(module.VALUE)
+        module.VALUE = 2
+
+    assert run_after_import("late_config", action)
+    import late_config
+
+    assert (late_config.VALUE, seen) == (2, [1])
+    assert not run_after_import("late_config", action)
+    assert seen == [1]
+    assert "exec_module" not in vars(late_config.__loader__)  # the loader is left as it was
+
+
+def _installed_plugins(ourtester: pytest.Pytester, log: Path) -> Path:
+    """Two installed pytest plugins, found through their entry points: one imports quietly, one
+    starts a thread when imported. Each logs the pid of every process that imports it."""
+    site = ourtester.mkdir("site")
+    record = (
+        f"import os\nwith open({str(log)!r}, 'a') as f:\n"
+        "    f.write(f'{__name__} {os.getpid()}\\n')\n"
+    )
+    (site / "quiet_plugin.py").write_text(record)
+    (site / "busy_plugin.py").write_text(
+        record + "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+    )
+    info = site / "cgg_demo_plugins-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cgg-demo-plugins\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\nquiet = quiet_plugin\nbusy = busy_plugin\n")
+    return site
+
+
+def test_the_zygote_loads_the_plugins_test_processes_load_if_forks_stay_sound(
+    ourtester: pytest.Pytester,
+) -> None:
+    log = ourtester.path / "imports.log"
+    site = _installed_plugins(ourtester, log)
+    ourtester.makepyfile(
+        f"""
+        import os
+        import pytest
+
+        def imported_by(name):
+            lines = open({str(log)!r}).read().split()
+            return [int(pid) for module, pid in zip(lines[::2], lines[1::2]) if module == name]
+
+        @pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
+        def test_1():
+            assert imported_by("quiet_plugin")[-1] == os.getpid()
+
+        @pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
+        def test_2():
+            zygote = os.getppid()
+            assert zygote != {os.getpid()}
+            assert imported_by("quiet_plugin")[-1] == zygote  # learned from test_1
+            assert imported_by("busy_plugin")[-1] == os.getpid()  # refused: it starts a thread
+        """
+    )
+    result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
+    result.assert_outcomes(passed=2)

@@ -3,6 +3,9 @@ CUDA context for it even after the parent has used CUDA."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -38,6 +41,7 @@ def test_reduce_overhead_in_a_test_process_after_cuda_in_the_parent(
         @pytest.mark.cudagraph_subprocess(require_cuda=True)
         def test_fresh_cuda_and_cuda_graphs():
             assert os.getpid() != int(os.environ["PARENT_PID"])
+            assert os.getppid() != int(os.environ["PARENT_PID"])  # a fork of the zygote
             assert not torch.cuda.is_initialized()
             assert not torch._C._cuda_isInBadFork()
             compiled = torch.compile(step, mode="reduce-overhead")
@@ -53,6 +57,7 @@ def test_reduce_overhead_in_a_test_process_after_cuda_in_the_parent(
         "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
     )
     result.assert_outcomes(passed=2)
+    assert "fresh interpreter" not in result.stdout.str()  # no fallback to spawning
     record = records(Path(gpu_tester.path, "r.json"))["test_fresh_cuda_and_cuda_graphs"]
     assert record["where"].startswith("subprocess ")
     assert record["activity"]["recorded"] >= 1
@@ -87,3 +92,31 @@ def test_a_crash_in_a_cuda_test_process_leaves_the_session_going(
     result.stdout.fnmatch_lines(
         ["cudagraph_subprocess: test process died with SIGSEGV (signal 11)"]
     )
+
+
+ZYGOTE_VERDICTS = """
+import numpy, torch
+from pytest_cudagraph_guard import zygote
+
+assert zygote._mapped_cuda_driver() is not None, "torch maps the CUDA driver on import"
+assert not zygote._cuda_driver_initialized()
+print("after import torch:", zygote.fork_hazard())
+a = numpy.ones((512, 512))
+a @ a
+print("after numpy's pool ran:", zygote.fork_hazard())
+torch.cuda.init()
+print("after torch.cuda.init():", zygote._cuda_driver_initialized(), zygote.fork_hazard())
+"""
+
+
+def test_the_zygote_forks_until_cuda_is_initialised() -> None:
+    """torch maps the CUDA driver library on import and numpy's OpenBLAS starts a thread pool:
+    neither stops a fork (the pool ends itself at one), while an initialised driver does."""
+    verdicts = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(ZYGOTE_VERDICTS)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert verdicts[:2] == ["after import torch: None", "after numpy's pool ran: None"]
+    assert verdicts[2].startswith("after torch.cuda.init(): True the zygote has ")
