@@ -713,34 +713,48 @@ def run_after_import(name: str, action: Callable[[], None]) -> bool:
 
 
 class _AfterImport:
-    """A meta path finder that runs ``action`` right after the module ``name`` is executed,
-    leaving the finding and loading to the finders behind it."""
+    """A one-time ``sys.meta_path`` finder: runs ``action`` right after module ``name`` is
+    executed, leaving the finding and loading to the finders behind it."""
 
     def __init__(self, name: str, action: Callable[[], None]) -> None:
         self.name = name
         self.action = action
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname != self.name:
             return None
+        spec = _spec_without(self, fullname)
         sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            find_spec = getattr(finder, "find_spec", None)
-            spec = None if find_spec is None else find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                self._run_after_exec(spec.loader)
-                return spec
-        return None
+        if spec is not None:
+            _run_after_exec(spec, lambda module: self.action())
+        return spec
 
-    def _run_after_exec(self, loader: Any) -> None:
-        exec_module = loader.exec_module
 
-        def exec_then_act(module: ModuleType) -> None:
-            del loader.exec_module  # the loader is the module's own; leave it as it was
-            exec_module(module)
-            self.action()
+def _spec_without(finder: Any, name: str) -> Any:
+    """``name``'s spec as the finders other than ``finder`` find it."""
+    import importlib.util
 
-        loader.exec_module = exec_then_act
+    sys.meta_path.remove(finder)
+    try:
+        return importlib.util.find_spec(name)
+    finally:
+        sys.meta_path.insert(0, finder)
+
+
+def _run_after_exec(spec: Any, action: Callable[[ModuleType], None]) -> None:
+    """Makes ``spec``'s loader call ``action(module)`` once it has executed the module, then
+    leaves the loader as it was."""
+    loader = spec.loader
+    if loader is None or not hasattr(loader, "exec_module"):
+        return
+    exec_module = loader.exec_module
+
+    def exec_then_act(module: ModuleType) -> None:
+        del loader.exec_module
+        exec_module(module)
+        action(module)
+
+    loader.exec_module = exec_then_act
 
 
 def config_is_process_wide() -> bool:
@@ -954,22 +968,9 @@ class _PatchOnImport:
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name not in _OBSERVED_MODULES or name in _observed_names:
             return None
-        import importlib.util
-
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        load = spec.loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            load(module)
-            _patch_loaded(name, module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        spec = _spec_without(self, name)
+        if spec is not None:
+            _run_after_exec(spec, functools.partial(_patch_loaded, name))
         return spec
 
 
