@@ -106,7 +106,8 @@ class Zygote:
         sent = self._send(f"run {request}")
         if not self.wait_ready():
             return f"the zygote did not start ({self.why_not_ready()})"
-        line = self._read_line(time.monotonic() + REAP_TIMEOUT_S) if sent else None
+        # Before it forks, a zygote may still be loading what test processes need.
+        line = self._read_line(time.monotonic() + ZYGOTE_START_TIMEOUT_S) if sent else None
         if line is None:
             return "the zygote is gone"
         word, _, rest = line.partition(" ")

@@ -20,7 +20,7 @@ import pytest
 
 from . import _torch
 from .plugin import leak_guard_key, subprocess_child_key
-from .zygote import note_needed_modules
+from .zygote import child_sys_path, installed_plugin_modules, note_needed_modules
 
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
@@ -75,19 +75,10 @@ def _enter(request: dict[str, Any]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[:] = _sys_path(request)
+    sys.path[:] = child_sys_path(request)
     # A copy of the real stderr: pytest's capture points fd 2 elsewhere while the test runs.
     _stacks_stream.append(os.fdopen(os.dup(2), "w"))
     faulthandler.register(STACKS_SIGNAL, file=_stacks_stream[0], all_threads=True)
-
-
-def _sys_path(request: dict[str, Any]) -> list[str]:
-    """The parent's, with what a ``PYTHONPATH`` in the marker's ``env`` adds, as it would to a
-    fresh interpreter's."""
-    parent: list[str] = request["sys_path"]
-    added = request["env"].get("PYTHONPATH", "").split(os.pathsep)
-    added = [entry for entry in dict.fromkeys(added) if entry and entry not in parent]
-    return parent[:1] + added + parent[1:]
 
 
 def _die_with_parent() -> None:
@@ -119,7 +110,7 @@ class SubprocessChild:
         self.request = request
         self.results = Path(request["results"]).open("a", encoding="utf-8")  # noqa: SIM115
         self.config: pytest.Config | None = None
-        self.plugin_modules: list[str] = []  # those installed plugins that the session loaded
+        self.plugin_modules: set[str] = set()  # of the installed plugins the session loaded
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
@@ -175,11 +166,7 @@ class SubprocessChild:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.results.close()
-        self.plugin_modules = [
-            name
-            for plugin, _ in config.pluginmanager.list_plugin_distinfo()
-            if isinstance(name := getattr(plugin, "__name__", None), str)
-        ]
+        self.plugin_modules = installed_plugin_modules(config)
 
     def _send(self, message: dict[str, Any]) -> None:
         self.results.write(json.dumps(message, default=repr) + "\n")

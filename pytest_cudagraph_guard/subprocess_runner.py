@@ -18,7 +18,7 @@ from .leak_guard import CudagraphGuardWarning
 from .markers import SubprocessOptions
 from .processes import RESULTS_NAME, ChildExit, SubprocessRunner, last_lines, signal_name
 from .report import USER_PROPERTY, death_record
-from .zygote import STDERR_NAME, STDOUT_NAME
+from .zygote import STDERR_NAME, STDOUT_NAME, installed_plugin_modules, modules_for_a_zygote
 
 PHASES: Final = ("setup", "call", "teardown")
 
@@ -165,6 +165,10 @@ def child_request(item: pytest.Item, options: SubprocessOptions) -> dict[str, An
         "args": [str(arg) for arg in params.args],
         "nodearg": node_argument(item),
         "trees": options.trees,
+        # What the zygote may load while this test's process starts, for the next ones.
+        "session_modules": modules_for_a_zygote(
+            sys.modules.copy(), installed_plugin_modules(item.config)
+        ),
     }
 
 

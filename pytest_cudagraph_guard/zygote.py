@@ -20,6 +20,7 @@ import gc
 import importlib
 import json
 import os
+import pickle
 import select
 import shutil
 import signal
@@ -28,7 +29,7 @@ import threading
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from . import _torch
 
@@ -141,20 +142,25 @@ def serve() -> NoReturn:
     while (line := requests.next()) is not None:
         command, _, path = line.partition(" ")
         if command == "run":
-            learner.load(_serve_one(path, replies, requests))
+            learner.load(_serve_one(path, replies, requests, learner))
     _leave_no_files()
     os._exit(0)
 
 
-def _serve_one(request_path: str, replies: int, requests: _Lines) -> dict[str, list[str]]:
+def _serve_one(
+    request_path: str, replies: int, requests: _Lines, learner: _Learner
+) -> dict[str, list[str]]:
     """Forks the test's process and waits for it: the modules it had to import that the next
-    test process should find loaded."""
+    test process should find loaded. Meanwhile it loads what the parent session has loaded."""
     hazard = fork_hazard()
     if hazard is not None:
         _send(replies, f"nofork {hazard}")
         return {}
     pid = _fork_child(request_path, replies)
     _send(replies, f"started {pid}")
+    request = _request(request_path)
+    sys.path[:] = child_sys_path(request)  # to import what its test processes would
+    learner.load(request.get("session_modules", {}))  # while the test process starts
     status = _wait_child(pid, requests.fd)
     if status is None:  # the parent is gone: so is the test
         _kill_group(pid)
@@ -166,16 +172,30 @@ def _serve_one(request_path: str, replies: int, requests: _Lines) -> dict[str, l
     return needed
 
 
-def note_needed_modules(folder: Path, present: Iterable[str], plugins: Iterable[str]) -> None:
-    """Called by a test process as it ends, with the modules it started with and the modules of
-    the pytest plugins its session loaded: what a zygote may load for the next test process.
-    Tests that compile need dynamo, so the zygote loads it before the next fork; trivial tests
-    do not, and do not wait for it."""
-    loaded_here = set(sys.modules).difference(present)
-    needed = {
-        "modules": sorted(name for name in loaded_here if _trusted(name)),
-        "plugins": sorted(set(plugins).intersection(loaded_here)),
+def installed_plugin_modules(config: Any) -> set[str]:
+    """The modules of the installed pytest plugins that ``config``'s session loaded."""
+    return {
+        name
+        for plugin, _ in config.pluginmanager.list_plugin_distinfo()
+        if isinstance(name := getattr(plugin, "__name__", None), str)
     }
+
+
+def modules_for_a_zygote(names: Iterable[str], plugins: Iterable[str]) -> dict[str, list[str]]:
+    """Of the modules ``names``, those a zygote may load for its next test process: the trusted
+    ones, and those of the installed ``plugins``, which it tries in a fork first."""
+    names = set(names)
+    return {
+        "modules": sorted(name for name in names if _trusted(name)),
+        "plugins": sorted(names.intersection(plugins)),
+    }
+
+
+def note_needed_modules(folder: Path, present: Iterable[str], plugins: Iterable[str]) -> None:
+    """Called by a test process as it ends, with the modules it started with and ``plugins``:
+    what it imported that the next test process will need. Tests that compile need dynamo, so
+    the zygote loads it before the next fork; trivial tests do not, and do not wait for it."""
+    needed = modules_for_a_zygote(set(sys.modules.copy()).difference(present), plugins)
     (folder / NEEDED_MODULES_NAME).write_text(json.dumps(needed))
 
 
@@ -209,6 +229,24 @@ class _Learner:
             ]
         for name in plugins:
             preload(name)
+
+
+def _request(request_path: str) -> dict[str, Any]:
+    try:
+        with open(request_path, "rb") as file:
+            request = pickle.load(file)
+    except (OSError, pickle.UnpicklingError, EOFError):
+        return {}
+    return request if isinstance(request, dict) else {}
+
+
+def child_sys_path(request: dict[str, Any]) -> list[str]:
+    """The parent's ``sys.path``, with what a ``PYTHONPATH`` in the marker's ``env`` adds, as
+    it would to a fresh interpreter's."""
+    parent: list[str] = request.get("sys_path", sys.path)
+    added = request.get("env", {}).get("PYTHONPATH", "").split(os.pathsep)
+    added = [entry for entry in dict.fromkeys(added) if entry and entry not in parent]
+    return parent[:1] + added + parent[1:]
 
 
 def _needed_modules(folder: Path) -> dict[str, list[str]]:

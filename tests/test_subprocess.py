@@ -440,12 +440,14 @@ def test_sleeps():
 """
 
 
-def _session_in_background(ourtester: pytest.Pytester, pids: Path) -> subprocess.Popen[bytes]:
+def _session_in_background(
+    ourtester: pytest.Pytester, pids: Path, **env: str
+) -> subprocess.Popen[bytes]:
     """A pytest session in its own process, its test told where to write its pids."""
     return subprocess.Popen(
         [sys.executable, "-m", "pytest"],
         cwd=ourtester.path,
-        env={**os.environ, "PIDS": str(pids)},
+        env={**os.environ, "PIDS": str(pids), **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -580,8 +582,13 @@ def test_a_test_process_imports_what_its_test_needs_and_the_zygote_learns_it(
     result.assert_outcomes(passed=3)
 
 
-def test_a_spawned_test_process_dies_with_a_killed_session(ourtester: pytest.Pytester) -> None:
+def test_a_spawned_test_process_dies_with_a_killed_session(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     site = _site_whose_zygote_cannot_fork(ourtester)
+    # A temporary folder of this test's own: other sessions (xdist's other worker) sweep theirs.
+    private_tmp = ourtester.mkdir("tmp")
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     ourtester.makepyfile(
         f"""
         import os
@@ -596,7 +603,7 @@ def test_a_spawned_test_process_dies_with_a_killed_session(ourtester: pytest.Pyt
         """
     )
     pids = ourtester.path / "pids"
-    session = _session_in_background(ourtester, pids)
+    session = _session_in_background(ourtester, pids, TMPDIR=str(private_tmp))
     try:
         child, parent = (int(pid) for pid in _wait_for(pids).split())
         assert parent == session.pid  # spawned by the session itself, not by a zygote
@@ -609,7 +616,7 @@ def test_a_spawned_test_process_dies_with_a_killed_session(ourtester: pytest.Pyt
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child)
-    owners = Path(tempfile.gettempdir()).glob("pytest-cudagraph-subprocess-*/owner.pid")
+    owners = private_tmp.glob("pytest-cudagraph-subprocess-*/owner.pid")
     [left] = [owner.parent for owner in owners if owner.read_text() == str(session.pid)]
 
     ourtester.makepyfile(test_sleeps="def test_nothing():\n    pass\n")
@@ -694,3 +701,43 @@ def test_the_zygote_loads_the_plugins_test_processes_load_if_forks_stay_sound(
     )
     result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
     result.assert_outcomes(passed=2)
+
+
+def test_the_zygote_loads_the_sessions_plugins_while_the_first_test_process_runs(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent session has loaded an installed plugin: its zygote tries and loads it while
+    the first test process starts without it, so that the next one finds it loaded."""
+    log = ourtester.path / "imports.log"
+    site = _installed_plugins(ourtester, log)
+    (site / "busy_plugin.py").unlink()  # this session's own process loads these plugins too
+    entry_points = site / "cgg_demo_plugins-1.0.dist-info" / "entry_points.txt"
+    entry_points.write_text("[pytest11]\nquiet = quiet_plugin\n")
+    monkeypatch.syspath_prepend(str(site))
+    ourtester.makepyfile(
+        f"""
+        import os
+        import time
+        import pytest
+
+        def imported_by(name):
+            lines = open({str(log)!r}).read().split()
+            return [int(pid) for module, pid in zip(lines[::2], lines[1::2]) if module == name]
+
+        @pytest.mark.cudagraph_subprocess
+        def test_1():
+            assert os.getpid() in imported_by("quiet_plugin")  # forked before the zygote had it
+            deadline = time.monotonic() + 20
+            while os.getppid() not in imported_by("quiet_plugin"):  # the zygote, meanwhile
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+
+        @pytest.mark.cudagraph_subprocess
+        def test_2():
+            log = open({str(log)!r}).read()
+            assert imported_by("quiet_plugin")[-1] == os.getppid(), (os.getpid(), os.getppid(), log)
+        """
+    )
+    result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
+    result.assert_outcomes(passed=2)
+    assert f"quiet_plugin {os.getpid()}" in log.read_text().splitlines()  # the session's own
