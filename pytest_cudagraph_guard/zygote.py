@@ -8,8 +8,9 @@ interpreter for one test. Either way the child runs :func:`subprocess_child.run_
 Protocol, one line per message. Parent to zygote: ``run REQUEST_PATH``; closing the pipe ends the
 zygote (and kills a child still running). Zygote to parent: ``ready PID``, then per request
 ``started PID`` and ``exited PID STATUS`` (STATUS as ``os.waitpid`` gives it) or
-``nofork REASON`` when forking is no longer safe. A test process leaves in its folder the modules
-that the next one will need (``needed-modules``), which the zygote loads before the next fork.
+``nofork REASON`` when forking is no longer safe. While a test process starts, the zygote loads
+what the request says the parent session has loaded; the test process leaves in its folder what
+else the next one will need (``needed-modules``), which the zygote loads before the next fork.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ PRELOAD_FIRST = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
 # they are loaded while no test waits, or once a test process has needed them. Not
 # torch._inductor.compile_fx: on torch 2.11 with triton, importing it starts a CUDA driver thread.
 PRELOAD_FOR_COMPILING = ("torch._dynamo", "torch._inductor.config")
-# Modules a test process imported that its zygote loads for the next one without a trial: pytest's
-# own plugins, started by every session.
+# Modules the zygote loads for its next test process without a trial fork: pytest's own and this
+# plugin's, which every session starts.
 TRUSTED_PREFIXES = ("_pytest.", "pluggy.", "pytest_cudagraph_guard.")
 SESSION_FOLDER_PREFIX = "pytest-cudagraph-subprocess-"
 STDOUT_NAME = "stdout"
