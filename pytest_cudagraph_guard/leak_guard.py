@@ -100,6 +100,19 @@ class LeakGuard:
             yield
             return
         fixturedef.addfinalizer(lambda: self._safely(after_teardown))
+        try:
+            with self._taking_in():
+                yield
+        finally:
+            fixturedef.addfinalizer(lambda: self._safely(lambda: pending.append(Snapshot.take())))
+
+    def take_in(self, change: Callable[[], None]) -> None:
+        """Makes ``change`` and takes what it changed into the baseline, as a shared fixture's."""
+        with self._taking_in():
+            change()
+
+    @contextmanager
+    def _taking_in(self) -> Iterator[None]:
         before = self._safely(Snapshot.take)
         try:
             yield
@@ -107,15 +120,6 @@ class LeakGuard:
             after = self._safely(Snapshot.take)
             if before is not None and after is not None:
                 self._safely(lambda: self._absorb(before, after))
-            fixturedef.addfinalizer(lambda: self._safely(lambda: pending.append(Snapshot.take())))
-
-    def take_in(self, change: Callable[[], None]) -> None:
-        """Makes ``change`` and takes what it changed into the baseline, as a shared fixture's."""
-        before = self._safely(Snapshot.take)
-        change()
-        after = self._safely(Snapshot.take)
-        if before is not None and after is not None:
-            self._safely(lambda: self._absorb(before, after))
 
     def close(self) -> None:
         for module in self._counted.values():

@@ -9,7 +9,6 @@ import faulthandler
 import functools
 import json
 import os
-import pickle
 import signal
 import sys
 import traceback
@@ -20,7 +19,12 @@ import pytest
 
 from . import _torch
 from .plugin import leak_guard_key, subprocess_child_key
-from .zygote import child_sys_path, installed_plugin_modules, note_needed_modules
+from .zygote import (
+    child_sys_path,
+    installed_plugin_modules,
+    load_request,
+    note_needed_modules,
+)
 
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
@@ -50,7 +54,7 @@ def run_child(request_path: str) -> NoReturn:
     code = 3
     present = frozenset(sys.modules)
     try:
-        request = _load(Path(request_path))
+        request = load_request(request_path)
         _enter(request)
         child = SubprocessChild(request)
         code = _run_session(child)
@@ -62,12 +66,6 @@ def run_child(request_path: str) -> NoReturn:
             with contextlib.suppress(Exception):  # a closed stream must not hide the exit code
                 stream.flush()
         os._exit(code)
-
-
-def _load(path: Path) -> dict[str, Any]:
-    with path.open("rb") as file:
-        request: dict[str, Any] = pickle.load(file)
-    return request
 
 
 def _enter(request: dict[str, Any]) -> None:

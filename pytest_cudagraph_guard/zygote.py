@@ -143,20 +143,18 @@ def serve() -> NoReturn:
     while (line := requests.next()) is not None:
         command, _, path = line.partition(" ")
         if command == "run":
-            learner.load(_serve_one(path, replies, requests, learner))
+            _serve_one(path, replies, requests, learner)
     _leave_no_files()
     os._exit(0)
 
 
-def _serve_one(
-    request_path: str, replies: int, requests: _Lines, learner: _Learner
-) -> dict[str, list[str]]:
-    """Forks the test's process and waits for it: the modules it had to import that the next
-    test process should find loaded. Meanwhile it loads what the parent session has loaded."""
+def _serve_one(request_path: str, replies: int, requests: _Lines, learner: _Learner) -> None:
+    """Forks the test's process and waits for it. Meanwhile it loads what the parent session has
+    loaded; after it, what the test process had to import: so the next one finds both loaded."""
     hazard = fork_hazard()
     if hazard is not None:
         _send(replies, f"nofork {hazard}")
-        return {}
+        return
     pid = _fork_child(request_path, replies)
     _send(replies, f"started {pid}")
     request = _request(request_path)
@@ -170,7 +168,7 @@ def _serve_one(
         os._exit(0)
     needed = _needed_modules(Path(request_path).parent)  # before the parent removes the folder
     _send(replies, f"exited {pid} {status}")
-    return needed
+    learner.load(needed)
 
 
 def installed_plugin_modules(config: Any) -> set[str]:
@@ -232,10 +230,15 @@ class _Learner:
             preload(name)
 
 
+def load_request(request_path: str | Path) -> dict[str, Any]:
+    with open(request_path, "rb") as file:
+        request: dict[str, Any] = pickle.load(file)
+    return request
+
+
 def _request(request_path: str) -> dict[str, Any]:
     try:
-        with open(request_path, "rb") as file:
-            request = pickle.load(file)
+        request = load_request(request_path)
     except (OSError, pickle.UnpicklingError, EOFError):
         return {}
     return request if isinstance(request, dict) else {}
