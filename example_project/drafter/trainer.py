@@ -5,10 +5,13 @@ on CUDA, a CPU-friendly backend elsewhere. The fixes the plugin's report names a
 the broken and the fixed pipeline can both be run:
 
 - ``ready_thread_state``: call ``ensure_cudagraph_tls()`` first in each drafter thread (torch
-  before 2.13 creates CUDAGraph Trees state only in the main thread and autograd's threads), and
-  before 2.13 give each drafter a step function of its own: there, the drafters' steps compile to
-  one graph whose CUDA-graph callable belongs to the thread that ran it first (2.13 keeps one
-  per thread);
+  before 2.13 creates CUDAGraph Trees state only in the main thread and autograd's threads);
+  before 2.13 it implies ``own_steps``;
+- ``own_steps``: before 2.13, give each drafter a step function of its own: there, the drafters'
+  steps compile to one graph whose CUDA-graph callable belongs to the thread that ran it first,
+  so every drafter records and replays through that thread's tree manager (2.13 keeps one per
+  thread). On an H200 with torch 2.11, four threads doing so corrupted the interpreter in about
+  one run in ten, even with every step taking its turn;
 - ``carry_config``: start each thread in a copy of the caller's ``contextvars`` context, so that
   config set by the caller is in effect there (torch >= 2.12 keeps overrides per thread);
 - ``serialize_first_steps``: run the drafters' first steps, where they warm up and capture, one
@@ -47,6 +50,7 @@ class TrainerOptions:
     seq: int = 8
     lr: float = 0.5
     ready_thread_state: bool = False
+    own_steps: bool = False
     carry_config: bool = False
     serialize_first_steps: bool = False
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
@@ -93,7 +97,8 @@ class DrafterTrainer:
         def logits(tokens: torch.Tensor) -> torch.Tensor:
             return drafter(tokens)
 
-        if self.options.ready_thread_state and TORCH_RELEASE < (2, 13):
+        own_steps = self.options.own_steps or self.options.ready_thread_state
+        if own_steps and TORCH_RELEASE < (2, 13):
             logits = _own_code(logits, f"drafter_{index}_logits")
         forward = compile_step(logits, self.options.device)
 

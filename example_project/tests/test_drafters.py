@@ -43,8 +43,11 @@ def test_drafter_threads_see_the_callers_config_only_when_it_is_carried(cudagrap
 
 @pytest.fixture
 def four_drafters():
-    """One trainer for the marker's four threads, which wait for each other's captures."""
-    return DrafterTrainer(TrainerOptions(drafters=4, steps=5, serialize_first_steps=True))
+    """One trainer for the marker's four threads, which wait for each other's captures. The
+    marker readies each thread's CUDAGraph Trees state; each drafter's own step keeps each
+    thread on its own tree manager before torch 2.13."""
+    options = TrainerOptions(drafters=4, steps=5, serialize_first_steps=True, own_steps=True)
+    return DrafterTrainer(options)
 
 
 @pytest.mark.cudagraph_subprocess  # on torch 2.11 four capturing threads can crash the process
