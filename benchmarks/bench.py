@@ -188,6 +188,13 @@ def cold_import_torch() -> float:
     return time.perf_counter() - start
 
 
+def _per_test_ratios(
+    more: list[float], fewer: list[float], tests: int, cold: list[float]
+) -> list[float]:
+    """Per pair, the extra time of ``more`` over ``fewer`` per test, over the pair's cold import."""
+    return [(m - f) / tests / t for m, f, t in zip(more, fewer, cold, strict=True)]
+
+
 def measure_subprocess(
     pairs: int, log: Callable[[str], None], marked: int = 8
 ) -> dict[str, object]:
@@ -207,24 +214,10 @@ def measure_subprocess(
             for name in roots:
                 times[name].append(timed(plain, Path(tmp) / name))
             times["import_torch"].append(cold_import_torch())
-    total = [
-        (m - u) / marked / t
-        for m, u, t in zip(
-            times["marked_8"], times["unmarked_8"], times["import_torch"], strict=True
-        )
-    ]
-    each = [
-        (m24 - m8) / (2 * marked) / t
-        for m24, m8, t in zip(
-            times["marked_24"], times["marked_8"], times["import_torch"], strict=True
-        )
-    ]
-    like_for_like = [
-        (m - f) / marked / t
-        for m, f, t in zip(
-            times["marked_8"], times["fixture_8"], times["import_torch"], strict=True
-        )
-    ]
+    cold = times["import_torch"]
+    total = _per_test_ratios(times["marked_8"], times["unmarked_8"], marked, cold)
+    each = _per_test_ratios(times["marked_24"], times["marked_8"], 2 * marked, cold)
+    like_for_like = _per_test_ratios(times["marked_8"], times["fixture_8"], marked, cold)
     result = {
         "case": "subprocess",
         "what": f"{marked} marked trivial tests vs unmarked, per test, over one cold import torch",

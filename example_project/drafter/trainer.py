@@ -10,8 +10,8 @@ the broken and the fixed pipeline can both be run:
 - ``own_steps``: before 2.13, give each drafter a step function of its own: there, the drafters'
   steps compile to one graph whose CUDA-graph callable belongs to the thread that ran it first,
   so every drafter records and replays through that thread's tree manager (2.13 keeps one per
-  thread). On an H200 with torch 2.11, four threads doing so corrupted the interpreter in about
-  one run in ten, even with every step taking its turn;
+  thread). On an H200 with torch 2.11, four threads doing so corrupted the interpreter in 4 of
+  19 runs, even with every step taking its turn;
 - ``carry_config``: start each thread in a copy of the caller's ``contextvars`` context, so that
   config set by the caller is in effect there (torch >= 2.12 keeps overrides per thread);
 - ``serialize_first_steps``: run the drafters' first steps, where they warm up and capture, one
