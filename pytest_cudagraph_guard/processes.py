@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import select
 import shutil
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
-from .zygote import SESSION_FOLDER_PREFIX, STDERR_NAME, STDOUT_NAME
+from .zygote import SESSION_FOLDER_PREFIX, STDERR_NAME, STDOUT_NAME, LineReader, kill_group
 
 ZYGOTE_MODULE: Final = "pytest_cudagraph_guard.zygote"
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
@@ -92,11 +91,12 @@ class Zygote:
         )
         self.log_path = log
         self.ready: bool | None = None
-        self._buffer = b""
+        assert self.process.stdout is not None
+        self._replies = LineReader(self.process.stdout.fileno())
 
     def wait_ready(self) -> bool:
         if self.ready is None:
-            line = self._read_line(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
+            line = self._replies.next(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
             self.ready = line is not None and line.startswith("ready ")
         return self.ready
 
@@ -107,7 +107,7 @@ class Zygote:
         if not self.wait_ready():
             return f"the zygote did not start ({self.why_not_ready()})"
         # Before it forks, a zygote may still be loading what test processes need.
-        line = self._read_line(time.monotonic() + ZYGOTE_START_TIMEOUT_S) if sent else None
+        line = self._replies.next(time.monotonic() + ZYGOTE_START_TIMEOUT_S) if sent else None
         if line is None:
             return "the zygote is gone"
         word, _, rest = line.partition(" ")
@@ -117,7 +117,7 @@ class Zygote:
 
     def wait_exit(self, deadline: float) -> tuple[bool, int | None]:
         """(finished, wait status); (True, None) when the zygote died first."""
-        line = self._read_line(deadline)
+        line = self._replies.next(deadline)
         if line is None:
             return (self.process.poll() is not None, None)
         return True, int(line.split()[2])
@@ -149,23 +149,6 @@ class Zygote:
         except OSError:
             return False
         return True
-
-    def _read_line(self, deadline: float) -> str | None:
-        stdout = self.process.stdout
-        assert stdout is not None
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            ready, _, _ = select.select([stdout], [], [], left)
-            if not ready:
-                return None
-            chunk = os.read(stdout.fileno(), 4096)
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
 
 
 class SubprocessRunner:
@@ -254,11 +237,11 @@ class SubprocessRunner:
                 outcome.stacks = _stop(pid, folder)
                 finished, outcome.status = zygote.wait_exit(time.monotonic() + REAP_TIMEOUT_S)
         except BaseException:
-            _kill_group(pid)
+            kill_group(pid)
             zygote.wait_exit(time.monotonic() + REAP_TIMEOUT_S)
             raise
         if outcome.status is None:
-            _kill_group(pid)
+            kill_group(pid)
         outcome.duration = time.monotonic() - start
         return outcome
 
@@ -286,11 +269,11 @@ class SubprocessRunner:
             outcome.timed_out = True
             outcome.stacks = _stop(process.pid, folder)
         except BaseException:
-            _kill_group(process.pid)
+            kill_group(process.pid)
             raise
         finally:
             process.wait()
-            _kill_group(process.pid)
+            kill_group(process.pid)
         outcome.status = _as_wait_status(process.returncode)
         outcome.duration = time.monotonic() - start
         return outcome
@@ -366,7 +349,7 @@ def _stop(pid: int, folder: Path) -> str:
         if now > size and now == last:
             break
         last = now
-    _kill_group(pid)
+    kill_group(pid)
     try:
         with stderr.open("rb") as file:
             file.seek(size)
@@ -380,11 +363,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _as_wait_status(returncode: int) -> int:

@@ -27,6 +27,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -134,7 +135,7 @@ def serve() -> NoReturn:
     for name in PRELOAD_FIRST:
         preload(name)
     _send(replies, f"ready {os.getpid()}")
-    requests = _Lines(0)
+    requests = LineReader(0)
     pending = list(PRELOAD_FOR_COMPILING)
     every_test_needs_them = not _torch.settings_can_wait_for_import()
     while pending and (every_test_needs_them or not requests.waiting()):
@@ -148,7 +149,7 @@ def serve() -> NoReturn:
     os._exit(0)
 
 
-def _serve_one(request_path: str, replies: int, requests: _Lines, learner: _Learner) -> None:
+def _serve_one(request_path: str, replies: int, requests: LineReader, learner: _Learner) -> None:
     """Forks the test's process and waits for it. Meanwhile it loads what the parent session has
     loaded; after it, what the test process had to import: so the next one finds both loaded."""
     hazard = fork_hazard()
@@ -162,7 +163,7 @@ def _serve_one(request_path: str, replies: int, requests: _Lines, learner: _Lear
     learner.load(request.get("session_modules", {}))  # while the test process starts
     status = _wait_child(pid, requests.fd)
     if status is None:  # the parent is gone: so is the test
-        _kill_group(pid)
+        kill_group(pid)
         os.waitpid(pid, 0)
         _leave_no_files()
         os._exit(0)
@@ -274,7 +275,7 @@ def _fork_stays_sound_after_importing(names: list[str]) -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
-class _Lines:
+class LineReader:
     """Lines read from a pipe, without read-ahead surprises for ``select``."""
 
     def __init__(self, fd: int) -> None:
@@ -284,8 +285,14 @@ class _Lines:
     def waiting(self) -> bool:
         return b"\n" in self._buffer or bool(select.select([self.fd], [], [], 0)[0])
 
-    def next(self) -> str | None:
+    def next(self, deadline: float | None = None) -> str | None:
+        """The next line; None at the end of the pipe or, given a ``time.monotonic`` deadline,
+        once it has passed."""
         while b"\n" not in self._buffer:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                    return None
             chunk = os.read(self.fd, 4096)
             if not chunk:
                 return None
@@ -342,7 +349,7 @@ def _wait_child(pid: int, requests: int) -> int | None:
             ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.01)
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                _kill_group(pid)  # what the child left behind in its group goes with it
+                kill_group(pid)  # what the child left behind in its group goes with it
                 return status
             if requests in ready and not os.read(requests, 1):
                 return None
@@ -361,7 +368,7 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
 
