@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_cudagraph_guard import zygote
+from pytest_cudagraph_guard import forking, zygote
 
 
 def thread_names() -> list[str]:
@@ -16,4 +16,4 @@ def thread_names() -> list[str]:
 
 for name in (*zygote.PRELOAD_FIRST, *zygote.PRELOAD_FOR_COMPILING):
     zygote.preload(name)
-    print(f"{name}: {zygote.fork_hazard()}; threads {thread_names()}", file=sys.stderr)
+    print(f"{name}: {forking.fork_hazard()}; threads {thread_names()}", file=sys.stderr)

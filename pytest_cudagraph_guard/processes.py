@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
-from .zygote import SESSION_FOLDER_PREFIX, STDERR_NAME, STDOUT_NAME, LineReader, kill_group
+from .forking import STDERR_NAME, STDOUT_NAME, kill_group
+from .zygote import SESSION_FOLDER_PREFIX, LineReader
 
 ZYGOTE_MODULE: Final = "pytest_cudagraph_guard.zygote"
 ZYGOTE_START_TIMEOUT_S: Final = 300.0

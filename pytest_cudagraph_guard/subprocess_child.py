@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -51,14 +52,24 @@ NEUTRAL_OPTIONS: dict[str, Any] = {
 
 def run_child(request_path: str) -> NoReturn:
     """Runs the request's test and exits the process without running interpreter finalizers."""
+    _run(lambda: SubprocessChild(load_request(request_path), Path(request_path)))
+
+
+def run_spare(request: dict[str, Any], assignments: int) -> NoReturn:
+    """Sets up a session as ``request``'s, then runs the test whose request path comes through
+    the pipe ``assignments``; exits at the end of that pipe."""
+    _run(lambda: SubprocessChild(request, assignments=assignments))
+
+
+def _run(make_child: Callable[[], SubprocessChild]) -> NoReturn:
     code = 3
     present = frozenset(sys.modules)
     try:
-        request = load_request(request_path)
-        _enter(request)
-        child = SubprocessChild(request)
+        child = make_child()
+        _enter(child.request)
         code = _run_session(child)
-        note_needed_modules(Path(request_path).parent, present, child.plugin_modules)
+        if child.request_path is not None:
+            note_needed_modules(child.request_path.parent, present, child.plugin_modules)
     except BaseException:
         traceback.print_exc()
     finally:
@@ -102,11 +113,19 @@ def _run_session(child: SubprocessChild) -> int:
 
 class SubprocessChild:
     """The child session's plugin: narrows the parent's options to the one test and streams
-    reports, collection errors and warnings back to the parent."""
+    reports, collection errors and warnings back to the parent. A spare's session learns its
+    test from ``assignments`` once it is set up, before it collects."""
 
-    def __init__(self, request: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        request: dict[str, Any],
+        request_path: Path | None = None,
+        assignments: int | None = None,
+    ) -> None:
         self.request = request
-        self.results = Path(request["results"]).open("a", encoding="utf-8")  # noqa: SIM115
+        self.request_path = request_path
+        self.assignments = assignments
+        self.results: IO[str] | None = None
         self.config: pytest.Config | None = None
         self.plugin_modules: set[str] = set()  # of the installed plugins the session loaded
 
@@ -114,13 +133,33 @@ class SubprocessChild:
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
         self.config = config
         config.stash[subprocess_child_key] = self.request
-        config.args = [self.request["nodearg"]]
+        self._select_test(config)
         for name, value in NEUTRAL_OPTIONS.items():
             if hasattr(config.option, name):
                 setattr(config.option, name, value)
         config.option.basetemp = self.request["basetemp"]
         for name in BLOCKED_PLUGINS:
             config.pluginmanager.set_blocked(name)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        if self.assignments is not None:
+            self._wait_for_test()
+            self._select_test(session.config)
+
+    def _select_test(self, config: pytest.Config) -> None:
+        if self.request["nodearg"] is not None:  # a spare's is not known before its collection
+            config.args = [self.request["nodearg"]]
+
+    def _wait_for_test(self) -> None:
+        assert self.assignments is not None
+        with os.fdopen(self.assignments, encoding="utf-8") as assignments:
+            line = assignments.readline().strip()
+        if not line:
+            os._exit(0)  # not needed after all
+        self.request_path = Path(line)
+        test_request = load_request(self.request_path)
+        self.request.update({**test_request, "basetemp": self.request["basetemp"]})
 
     def apply_cudagraph_settings(self) -> None:
         """CUDA graphs on, for the whole process: not a change the running test made."""
@@ -163,9 +202,12 @@ class SubprocessChild:
         record["where"] = where if record["where"] == "main" else f"{where}, {record['where']}"
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self.results.close()
+        if self.results is not None:
+            self.results.close()
         self.plugin_modules = installed_plugin_modules(config)
 
     def _send(self, message: dict[str, Any]) -> None:
+        if self.results is None:
+            self.results = Path(self.request["results"]).open("a", encoding="utf-8")  # noqa: SIM115
         self.results.write(json.dumps(message, default=repr) + "\n")
         self.results.flush()

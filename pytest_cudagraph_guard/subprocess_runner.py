@@ -14,11 +14,12 @@ from typing import Any, Final
 import pytest
 
 from .diagnosis import PROCESS_CRASH, TIMEOUT
+from .forking import STDERR_NAME, STDOUT_NAME
 from .leak_guard import CudagraphGuardWarning
 from .markers import SubprocessOptions
 from .processes import RESULTS_NAME, ChildExit, SubprocessRunner, last_lines, signal_name
 from .report import USER_PROPERTY, death_record
-from .zygote import STDERR_NAME, STDOUT_NAME, installed_plugin_modules, modules_for_a_zygote
+from .zygote import installed_plugin_modules, modules_for_a_zygote
 
 PHASES: Final = ("setup", "call", "teardown")
 
@@ -136,12 +137,14 @@ def run_protocol(
     nextitem: pytest.Item | None,
     options: SubprocessOptions,
     runner: SubprocessRunner,
+    *,
     reporting: bool,
+    more_to_come: bool,
 ) -> None:
     """Runs ``item`` in a test process and logs its reports here, as pytest's own protocol
-    would have."""
+    would have. With ``more_to_come``, a process is set up for the next marked test meanwhile."""
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    outcome = runner.run(child_request(item, options), options.timeout)
+    outcome = runner.run(child_request(item, options, more_to_come), options.timeout)
     try:
         messages = read_messages(outcome)
         emit_warnings(item.config, item.nodeid, messages.warnings)
@@ -156,20 +159,29 @@ def run_protocol(
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
-def child_request(item: pytest.Item, options: SubprocessOptions) -> dict[str, Any]:
+def child_request(
+    item: pytest.Item, options: SubprocessOptions, more_to_come: bool
+) -> dict[str, Any]:
     params = item.config.invocation_params
     return {
         "cwd": str(params.dir),
-        "env": {**os.environ, **dict(options.env)},
+        "env": {**_session_environment(), **dict(options.env)},
         "sys_path": list(sys.path),
         "args": [str(arg) for arg in params.args],
         "nodearg": node_argument(item),
         "trees": options.trees,
+        "fork_ahead": more_to_come,
         # What the zygote may load while this test's process starts, for the next ones.
         "session_modules": modules_for_a_zygote(
             sys.modules.copy(), installed_plugin_modules(item.config)
         ),
     }
+
+
+def _session_environment() -> dict[str, str]:
+    """The environment a test process starts from: this process's, less the variable that
+    pytest sets for each test phase (the test process's own session sets it for its test)."""
+    return {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
 
 
 def node_argument(item: pytest.Item) -> str:

@@ -11,12 +11,12 @@ zygote (and kills a child still running). Zygote to parent: ``ready PID``, then 
 ``nofork REASON`` when forking is no longer safe. While a test process starts, the zygote loads
 what the request says the parent session has loaded; the test process leaves in its folder what
 else the next one will need (``needed-modules``), which the zygote loads before the next fork.
+Where the request says more tests follow, the zygote also forks a spare test process, which sets
+up its session while the test runs and takes the next request whose context matches its own.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import gc
 import importlib
 import json
@@ -26,30 +26,32 @@ import select
 import shutil
 import signal
 import sys
-import threading
 import time
-import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from . import _torch
+from .forking import (
+    Spares,
+    fork_hazard,
+    fork_test_process,
+    kill_child,
+    wait_child,
+)
 
 PRELOAD_FIRST = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
 # Each saves a test process a second of imports. Every test process needs them where the cudagraph
 # settings are applied before the test (torch >= 2.12), and those that compile elsewhere: there
-# they are loaded while no test waits, or once a test process has needed them. Not
-# torch._inductor.compile_fx: on torch 2.11 with triton, importing it starts a CUDA driver thread.
+# they are loaded once a test process has needed them (loaded ahead, they would hold up a request
+# that came during the import). Not torch._inductor.compile_fx: on torch 2.11 with triton,
+# importing it starts a CUDA driver thread.
 PRELOAD_FOR_COMPILING = ("torch._dynamo", "torch._inductor.config")
 # Modules the zygote loads for its next test process without a trial fork: pytest's own and this
 # plugin's, which every session starts.
 TRUSTED_PREFIXES = ("_pytest.", "pluggy.", "pytest_cudagraph_guard.")
 SESSION_FOLDER_PREFIX = "pytest-cudagraph-subprocess-"
-STDOUT_NAME = "stdout"
-STDERR_NAME = "stderr"
 NEEDED_MODULES_NAME = "needed-modules"
-CHILD_CRASH_EXIT = 3
-CUDA_ERROR_NOT_INITIALIZED = 3
 _PARENT = os.getppid()
 
 
@@ -63,113 +65,69 @@ def preload(name: str) -> None:
     gc.freeze()  # children then leave these objects to the collector's permanent generation
 
 
-def fork_hazard() -> str | None:
-    """Why forking this process would not give a sound child, or None.
-
-    Thread pools that stop themselves before a fork (OpenBLAS's, loaded with numpy, does) are
-    gone after one throwaway fork, and are only started again when used, which a zygote never
-    does: so a pool found here is given that one chance to go."""
-    hazard = _hazard_now()
-    if hazard is None or _cuda_driver_initialized():
-        return hazard
-    _throwaway_fork()
-    return _hazard_now()
-
-
-def _throwaway_fork() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12's "fork with threads"
-        pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-
-
-def _hazard_now() -> str | None:
-    threads = _os_thread_count()
-    if threads > 1:
-        return f"the zygote has {threads} OS threads"
-    if _cuda_driver_initialized():
-        return "the zygote has initialised the CUDA driver"
-    return None
-
-
-def _os_thread_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
-def _cuda_driver_initialized() -> bool:
-    """Whether ``cuInit`` has run here, after which no fork is sound. torch maps the driver library
-    on import; mapped is harmless, and the driver itself says whether it was initialised."""
-    driver_path = _mapped_cuda_driver()
-    if driver_path is None:
-        return False
-    try:
-        driver = ctypes.CDLL(driver_path, mode=os.RTLD_NOLOAD)
-        context = ctypes.c_void_p()
-        status = driver.cuCtxGetCurrent(ctypes.byref(context))
-    except (OSError, AttributeError):
-        return True  # a driver we cannot ask counts as initialised
-    return bool(status != CUDA_ERROR_NOT_INITIALIZED)
-
-
-def _mapped_cuda_driver() -> str | None:
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return None
-    for line in maps.splitlines():
-        path = line.split(maxsplit=5)[-1]
-        if "/libcuda.so" in path:
-            return path
-    return None
-
-
 def serve() -> NoReturn:
     replies = os.dup(1)
     os.dup2(2, 1)  # stray prints of imported modules must not reach the protocol pipe
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends us by closing the pipe
+    # Collections while importing free next to nothing and take a quarter of the imports' time
+    # (torch, dynamo); each preload ends with gc.freeze(), and test processes collect again.
+    gc.disable()
     for name in PRELOAD_FIRST:
         preload(name)
     _send(replies, f"ready {os.getpid()}")
     requests = LineReader(0)
-    pending = list(PRELOAD_FOR_COMPILING)
-    every_test_needs_them = not _torch.settings_can_wait_for_import()
-    while pending and (every_test_needs_them or not requests.waiting()):
-        preload(pending.pop(0))
+    if not _torch.settings_can_wait_for_import():
+        for name in PRELOAD_FOR_COMPILING:
+            preload(name)
     learner = _Learner()
+    spares = Spares(replies)
     while (line := requests.next()) is not None:
         command, _, path = line.partition(" ")
         if command == "run":
-            _serve_one(path, replies, requests, learner)
+            _serve_one(path, replies, requests, learner, spares)
+    _exit(spares)
+
+
+def _serve_one(
+    request_path: str, replies: int, requests: LineReader, learner: _Learner, spares: Spares
+) -> None:
+    """Starts the test's process and waits for it. Meanwhile it loads what the parent session has
+    loaded and forks a spare for the next test; after it, it loads what the test process had to
+    import: so the next one finds all that loaded."""
+    request = _request(request_path)
+    pid = spares.assign(request, request_path)
+    if pid is None:
+        hazard = fork_hazard()
+        if hazard is not None:
+            _send(replies, f"nofork {hazard}")
+            return
+        pid = fork_test_process(replies, request_path)
+    _send(replies, f"started {pid}")
+    sys.path[:] = child_sys_path(request)  # to import what its test processes would
+    learner.load(request.get("session_modules", {}))  # while the test process starts
+    spares.fork(request)
+    status = wait_child(pid, requests.fd)
+    if status is None:  # the parent is gone: so is the test
+        kill_child(pid)
+        os.waitpid(pid, 0)
+        _exit(spares)
+    spares.finished(pid)
+    needed = _needed_modules(Path(request_path).parent)  # before the parent removes the folder
+    _send(replies, f"exited {pid} {status}")
+    compiling = _compiling_modules_loaded()
+    learner.load(needed)
+    if _compiling_modules_loaded() != compiling:
+        spares.discard()  # forked before the zygote had them, it would import them again
+
+
+def _exit(spares: Spares) -> NoReturn:
+    spares.discard()
     _leave_no_files()
     os._exit(0)
 
 
-def _serve_one(request_path: str, replies: int, requests: LineReader, learner: _Learner) -> None:
-    """Forks the test's process and waits for it. Meanwhile it loads what the parent session has
-    loaded; after it, what the test process had to import: so the next one finds both loaded."""
-    hazard = fork_hazard()
-    if hazard is not None:
-        _send(replies, f"nofork {hazard}")
-        return
-    pid = _fork_child(request_path, replies)
-    _send(replies, f"started {pid}")
-    request = _request(request_path)
-    sys.path[:] = child_sys_path(request)  # to import what its test processes would
-    learner.load(request.get("session_modules", {}))  # while the test process starts
-    status = _wait_child(pid, requests.fd)
-    if status is None:  # the parent is gone: so is the test
-        kill_group(pid)
-        os.waitpid(pid, 0)
-        _leave_no_files()
-        os._exit(0)
-    needed = _needed_modules(Path(request_path).parent)  # before the parent removes the folder
-    _send(replies, f"exited {pid} {status}")
-    learner.load(needed)
+def _compiling_modules_loaded() -> int:
+    return sum(name in sys.modules for name in PRELOAD_FOR_COMPILING)
 
 
 def installed_plugin_modules(config: Any) -> set[str]:
@@ -282,9 +240,6 @@ class LineReader:
         self.fd = fd
         self._buffer = b""
 
-    def waiting(self) -> bool:
-        return b"\n" in self._buffer or bool(select.select([self.fd], [], [], 0)[0])
-
     def next(self, deadline: float | None = None) -> str | None:
         """The next line; None at the end of the pipe or, given a ``time.monotonic`` deadline,
         once it has passed."""
@@ -312,65 +267,6 @@ def _leave_no_files() -> None:
 
 def _send(fd: int, message: str) -> None:
     os.write(fd, (message + "\n").encode())
-
-
-def _fork_child(request_path: str, replies: int) -> int:
-    pid = os.fork()
-    if pid:
-        return pid
-    try:
-        os.close(replies)
-        os.setsid()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        _redirect_stdio(Path(request_path).parent)
-        from .subprocess_child import run_child
-
-        run_child(request_path)
-    finally:
-        os._exit(CHILD_CRASH_EXIT)
-
-
-def _redirect_stdio(folder: Path) -> None:
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    for fd, name in ((1, STDOUT_NAME), (2, STDERR_NAME)):
-        target = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(target, fd)
-        os.close(target)
-
-
-def _wait_child(pid: int, requests: int) -> int | None:
-    """The child's wait status; None if the parent went away first."""
-    pidfd = _pidfd(pid)
-    try:
-        while True:
-            watched = [requests] + ([pidfd] if pidfd is not None else [])
-            ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.01)
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                kill_group(pid)  # what the child left behind in its group goes with it
-                return status
-            if requests in ready and not os.read(requests, 1):
-                return None
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def _pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return int(opener(pid))
-    except OSError:
-        return None
-
-
-def kill_group(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> NoReturn:

@@ -96,16 +96,16 @@ def test_a_crash_in_a_cuda_test_process_leaves_the_session_going(
 
 ZYGOTE_VERDICTS = """
 import numpy, torch
-from pytest_cudagraph_guard import zygote
+from pytest_cudagraph_guard import forking
 
-assert zygote._mapped_cuda_driver() is not None, "torch maps the CUDA driver on import"
-assert not zygote._cuda_driver_initialized()
-print("after import torch:", zygote.fork_hazard())
+assert forking._mapped_cuda_driver() is not None, "torch maps the CUDA driver on import"
+assert not forking._cuda_driver_initialized()
+print("after import torch:", forking.fork_hazard())
 a = numpy.ones((512, 512))
 a @ a
-print("after numpy's pool ran:", zygote.fork_hazard())
+print("after numpy's pool ran:", forking.fork_hazard())
 torch.cuda.init()
-print("after torch.cuda.init():", zygote._cuda_driver_initialized(), zygote.fork_hazard())
+print("after torch.cuda.init():", forking._cuda_driver_initialized(), forking.fork_hazard())
 """
 
 

@@ -1,0 +1,201 @@
+"""cudagraph_subprocess forks the next test's process ahead: while a test runs, a spare process
+sets up its pytest session, then waits for its test. Real sessions, real processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from .procfs import all_gone
+
+# Each process that sets up a session (the parent's included) logs its pid, the marker's
+# variable as it saw it then, and whether CUDA graph trees were on.
+CONFTEST = """
+import os
+import sys
+import torch._inductor.config as inductor
+
+def pytest_configure(config):
+    with open(os.environ["SET_UP"], "a") as log:
+        trees = inductor.triton.cudagraph_trees
+        log.write(f"{os.getpid()} {os.environ.get('CGG_DEMO')} {trees}\\n")
+    print(f"set up in {os.getpid()}", file=sys.stderr)
+"""
+
+READ_LOG = """
+import os
+import signal
+import time
+import pytest
+
+def set_up():
+    lines = open(os.environ["SET_UP"]).read().splitlines()
+    return {int(pid): (demo, trees) for pid, demo, trees in map(str.split, lines)}
+
+def set_up_ahead():  # the process set up while this test runs, noted in the file "ahead"
+    known = {next(iter(set_up())), os.getpid()}
+    deadline = time.monotonic() + 60
+    while not (others := set(set_up()) - known):
+        assert time.monotonic() < deadline, "no process was set up ahead"
+        time.sleep(0.05)
+    [other] = others
+    with open("ahead", "w") as file:
+        file.write(str(other))
+    return other
+"""
+
+
+@pytest.fixture
+def spares_tester(ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    monkeypatch.setenv("SET_UP", str(ourtester.path / "set_up.log"))
+    ourtester.makeconftest(CONFTEST)
+    return ourtester
+
+
+def _passes_leaving_no_process(tester: pytest.Pytester, tests: int) -> list[int]:
+    """Runs the session, in which every test passes, each in a fork (no notice of the plugin);
+    then no test process is left. The processes that set up a session, the session's own first."""
+    result = tester.runpytest()
+    result.assert_outcomes(passed=tests)
+    result.stdout.no_fnmatch_line("*CudagraphGuardWarning*")
+    lines = (tester.path / "set_up.log").read_text().splitlines()
+    processes = [int(line.split()[0]) for line in lines]
+    assert all_gone(processes[1:])
+    return processes
+
+
+def test_the_next_test_process_is_set_up_while_a_test_runs(
+    spares_tester: pytest.Pytester,
+) -> None:
+    spares_tester.makepyfile(
+        READ_LOG
+        + """
+@pytest.mark.cudagraph_subprocess
+def test_1():
+    set_up_ahead()
+
+def test_unmarked_in_between():
+    pass
+
+@pytest.mark.cudagraph_subprocess
+def test_2():
+    assert os.getpid() == int(open("ahead").read())
+
+@pytest.mark.cudagraph_subprocess
+def test_3():
+    pass
+"""
+    )
+    processes = _passes_leaving_no_process(spares_tester, tests=4)
+    assert len(processes) == 4  # the session's and one per marked test: none ahead of the last
+
+
+def test_a_test_whose_marker_differs_gets_a_process_set_up_for_it(
+    spares_tester: pytest.Pytester,
+) -> None:
+    spares_tester.makepyfile(
+        READ_LOG
+        + """
+@pytest.mark.cudagraph_subprocess
+def test_plain():
+    assert "CGG_DEMO" not in os.environ
+
+@pytest.mark.cudagraph_subprocess(env={"CGG_DEMO": "1"})
+def test_env():
+    assert os.environ["CGG_DEMO"] == "1"
+    assert set_up()[os.getpid()] == ("1", "True")
+
+@pytest.mark.cudagraph_subprocess(env={"CGG_DEMO": "1"})
+def test_env_again():
+    assert set_up()[os.getpid()] == ("1", "True")
+
+@pytest.mark.cudagraph_subprocess(trees=False)
+def test_no_trees():
+    assert "CGG_DEMO" not in os.environ
+    assert set_up()[os.getpid()] == ("None", "False")
+
+@pytest.mark.cudagraph_subprocess
+def test_plain_again():
+    assert set_up()[os.getpid()] == ("None", "True")
+"""
+    )
+    _passes_leaving_no_process(spares_tester, tests=5)
+
+
+def test_a_process_that_dies_before_its_test_leaves_the_test_a_fresh_one(
+    spares_tester: pytest.Pytester,
+) -> None:
+    spares_tester.makepyfile(
+        READ_LOG
+        + """
+@pytest.mark.cudagraph_subprocess
+def test_1():
+    os.kill(set_up_ahead(), signal.SIGKILL)
+
+@pytest.mark.cudagraph_subprocess
+def test_2():
+    assert os.getpid() != int(open("ahead").read())
+    assert os.getpid() in set_up()
+
+@pytest.mark.cudagraph_subprocess
+def test_3():
+    assert os.getpid() in set_up()
+"""
+    )
+    _passes_leaving_no_process(spares_tester, tests=3)
+
+
+def test_what_a_process_wrote_while_set_up_ahead_is_its_tests_output(
+    spares_tester: pytest.Pytester,
+) -> None:
+    spares_tester.makepyfile(
+        READ_LOG
+        + """
+@pytest.mark.cudagraph_subprocess
+def test_1():
+    set_up_ahead()
+
+@pytest.mark.cudagraph_subprocess
+def test_2():
+    with open("died", "w") as file:
+        file.write(str(os.getpid()))
+    os._exit(3)
+"""
+    )
+    result = spares_tester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    died = (spares_tester.path / "died").read_text()
+    result.stdout.fnmatch_lines(
+        [
+            "*cudagraph_subprocess: test process died with exit code 3",
+            "last lines of its stderr:",
+            f"set up in {died}",
+        ]
+    )
+
+
+def test_a_process_set_up_ahead_that_hangs_is_stopped_with_its_stacks(
+    spares_tester: pytest.Pytester,
+) -> None:
+    spares_tester.makepyfile(
+        READ_LOG
+        + """
+@pytest.mark.cudagraph_subprocess
+def test_1():
+    set_up_ahead()
+
+@pytest.mark.cudagraph_subprocess(timeout=2)
+def test_2():
+    assert os.getpid() == int(open("ahead").read())
+    time.sleep(120)
+"""
+    )
+    result = spares_tester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cudagraph_subprocess: test process timed out after 2 s and was killed with its "
+            "process group",
+            "its Python stacks when it was stopped:",
+            "*in test_2*",
+        ]
+    )
