@@ -44,11 +44,22 @@ def set_up_ahead():  # the process set up while this test runs, noted in the fil
 """
 
 
+FIRST_TEST_WAITS = """
+@pytest.mark.cudagraph_subprocess
+def test_1():
+    set_up_ahead()
+"""
+
+
 @pytest.fixture
 def spares_tester(ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.setenv("SET_UP", str(ourtester.path / "set_up.log"))
     ourtester.makeconftest(CONFTEST)
     return ourtester
+
+
+def _write_tests(tester: pytest.Pytester, tests: str) -> None:
+    tester.makepyfile(READ_LOG + tests)
 
 
 def _passes_leaving_no_process(tester: pytest.Pytester, tests: int) -> list[int]:
@@ -66,13 +77,10 @@ def _passes_leaving_no_process(tester: pytest.Pytester, tests: int) -> list[int]
 def test_the_next_test_process_is_set_up_while_a_test_runs(
     spares_tester: pytest.Pytester,
 ) -> None:
-    spares_tester.makepyfile(
-        READ_LOG
+    _write_tests(
+        spares_tester,
+        FIRST_TEST_WAITS
         + """
-@pytest.mark.cudagraph_subprocess
-def test_1():
-    set_up_ahead()
-
 def test_unmarked_in_between():
     pass
 
@@ -83,7 +91,7 @@ def test_2():
 @pytest.mark.cudagraph_subprocess
 def test_3():
     pass
-"""
+""",
     )
     processes = _passes_leaving_no_process(spares_tester, tests=4)
     assert len(processes) == 4  # the session's and one per marked test: none ahead of the last
@@ -92,9 +100,9 @@ def test_3():
 def test_a_test_whose_marker_differs_gets_a_process_set_up_for_it(
     spares_tester: pytest.Pytester,
 ) -> None:
-    spares_tester.makepyfile(
-        READ_LOG
-        + """
+    _write_tests(
+        spares_tester,
+        """
 @pytest.mark.cudagraph_subprocess
 def test_plain():
     assert "CGG_DEMO" not in os.environ
@@ -116,7 +124,7 @@ def test_no_trees():
 @pytest.mark.cudagraph_subprocess
 def test_plain_again():
     assert set_up()[os.getpid()] == ("None", "True")
-"""
+""",
     )
     _passes_leaving_no_process(spares_tester, tests=5)
 
@@ -124,9 +132,9 @@ def test_plain_again():
 def test_a_process_that_dies_before_its_test_leaves_the_test_a_fresh_one(
     spares_tester: pytest.Pytester,
 ) -> None:
-    spares_tester.makepyfile(
-        READ_LOG
-        + """
+    _write_tests(
+        spares_tester,
+        """
 @pytest.mark.cudagraph_subprocess
 def test_1():
     os.kill(set_up_ahead(), signal.SIGKILL)
@@ -139,7 +147,7 @@ def test_2():
 @pytest.mark.cudagraph_subprocess
 def test_3():
     assert os.getpid() in set_up()
-"""
+""",
     )
     _passes_leaving_no_process(spares_tester, tests=3)
 
@@ -147,19 +155,16 @@ def test_3():
 def test_what_a_process_wrote_while_set_up_ahead_is_its_tests_output(
     spares_tester: pytest.Pytester,
 ) -> None:
-    spares_tester.makepyfile(
-        READ_LOG
+    _write_tests(
+        spares_tester,
+        FIRST_TEST_WAITS
         + """
-@pytest.mark.cudagraph_subprocess
-def test_1():
-    set_up_ahead()
-
 @pytest.mark.cudagraph_subprocess
 def test_2():
     with open("died", "w") as file:
         file.write(str(os.getpid()))
     os._exit(3)
-"""
+""",
     )
     result = spares_tester.runpytest()
     result.assert_outcomes(passed=1, failed=1)
@@ -176,18 +181,15 @@ def test_2():
 def test_a_process_set_up_ahead_that_hangs_is_stopped_with_its_stacks(
     spares_tester: pytest.Pytester,
 ) -> None:
-    spares_tester.makepyfile(
-        READ_LOG
+    _write_tests(
+        spares_tester,
+        FIRST_TEST_WAITS
         + """
-@pytest.mark.cudagraph_subprocess
-def test_1():
-    set_up_ahead()
-
 @pytest.mark.cudagraph_subprocess(timeout=2)
 def test_2():
     assert os.getpid() == int(open("ahead").read())
     time.sleep(120)
-"""
+""",
     )
     result = spares_tester.runpytest()
     result.assert_outcomes(passed=1, failed=1)
