@@ -226,8 +226,9 @@ class Spares:
         return None
 
     def fork(self, request: dict[str, Any]) -> None:
-        """A spare set up as ``request``'s test process, if the parent said more tests follow."""
-        wanted = self.enabled and request.get("fork_ahead", False) and self.waiting is None
+        """A spare set up as ``request``'s test process, if the parent said the next test is
+        marked too."""
+        wanted = self.enabled and request.get("set_up_next", False) and self.waiting is None
         if not wanted or fork_hazard() is not None:
             return
         try:

@@ -43,7 +43,6 @@ subprocess_runner_key = pytest.StashKey["SubprocessRunner"]()
 # Set by the test process's own plugin: this session runs one marked test inside its process.
 subprocess_child_key = pytest.StashKey[dict[str, Any]]()
 marks_key = pytest.StashKey[tuple[pytest.Mark | None, pytest.Mark | None]]()
-last_subprocess_test_key = pytest.StashKey[pytest.Item | None]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -172,8 +171,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
     reporting = reporter_key in item.config.stash
     runner = _subprocess_runner(item.config)
-    more = _more_subprocess_tests(item)
-    run_protocol(item, nextitem, options, runner, reporting=reporting, more_to_come=more)
+    set_up_next = nextitem is not None and _plugin_marks(nextitem)[1] is not None
+    run_protocol(item, nextitem, options, runner, reporting=reporting, set_up_next=set_up_next)
     return True
 
 
@@ -296,16 +295,6 @@ def _plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | 
         marks = (item.get_closest_marker(THREAD_MARKER), item.get_closest_marker(SUBPROCESS_MARKER))
         item.stash[marks_key] = marks
     return marks
-
-
-def _more_subprocess_tests(item: pytest.Item) -> bool:
-    """Whether a later test of the session runs in a process of its own too."""
-    config = item.config
-    if last_subprocess_test_key not in config.stash:
-        tests = getattr(item.session, "items", [])
-        marked = (test for test in reversed(tests) if _plugin_marks(test)[1] is not None)
-        config.stash[last_subprocess_test_key] = next(marked, None)
-    return item is not config.stash[last_subprocess_test_key]
 
 
 def _subprocess_runner(config: pytest.Config) -> SubprocessRunner:

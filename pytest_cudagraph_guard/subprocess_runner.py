@@ -139,12 +139,12 @@ def run_protocol(
     runner: SubprocessRunner,
     *,
     reporting: bool,
-    more_to_come: bool,
+    set_up_next: bool,
 ) -> None:
     """Runs ``item`` in a test process and logs its reports here, as pytest's own protocol
-    would have. With ``more_to_come``, a process is set up for the next marked test meanwhile."""
+    would have. With ``set_up_next``, the next test's process is set up meanwhile."""
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    outcome = runner.run(child_request(item, options, more_to_come), options.timeout)
+    outcome = runner.run(child_request(item, options, set_up_next), options.timeout)
     try:
         messages = read_messages(outcome)
         emit_warnings(item.config, item.nodeid, messages.warnings)
@@ -160,7 +160,7 @@ def run_protocol(
 
 
 def child_request(
-    item: pytest.Item, options: SubprocessOptions, more_to_come: bool
+    item: pytest.Item, options: SubprocessOptions, set_up_next: bool
 ) -> dict[str, Any]:
     params = item.config.invocation_params
     return {
@@ -170,7 +170,7 @@ def child_request(
         "args": [str(arg) for arg in params.args],
         "nodearg": node_argument(item),
         "trees": options.trees,
-        "fork_ahead": more_to_come,
+        "set_up_next": set_up_next,
         # What the zygote may load while this test's process starts, for the next ones.
         "session_modules": modules_for_a_zygote(
             sys.modules.copy(), installed_plugin_modules(item.config)

@@ -11,8 +11,9 @@ zygote (and kills a child still running). Zygote to parent: ``ready PID``, then 
 ``nofork REASON`` when forking is no longer safe. While a test process starts, the zygote loads
 what the request says the parent session has loaded; the test process leaves in its folder what
 else the next one will need (``needed-modules``), which the zygote loads before the next fork.
-Where the request says more tests follow, the zygote also forks a spare test process, which sets
-up its session while the test runs and takes the next request whose context matches its own.
+Where the request says the next test is marked too, the zygote also forks a spare test process,
+which sets up its session while the test runs and takes the next request if its context matches
+its own.
 """
 
 from __future__ import annotations

@@ -81,12 +81,12 @@ def test_the_next_test_process_is_set_up_while_a_test_runs(
         spares_tester,
         FIRST_TEST_WAITS
         + """
-def test_unmarked_in_between():
-    pass
-
 @pytest.mark.cudagraph_subprocess
 def test_2():
     assert os.getpid() == int(open("ahead").read())
+
+def test_unmarked_next():
+    pass
 
 @pytest.mark.cudagraph_subprocess
 def test_3():
@@ -94,7 +94,9 @@ def test_3():
 """,
     )
     processes = _passes_leaving_no_process(spares_tester, tests=4)
-    assert len(processes) == 4  # the session's and one per marked test: none ahead of the last
+    # The session's and one per marked test: none set up during test_2 or test_3, since the
+    # test after each is not marked.
+    assert len(processes) == 4
 
 
 def test_a_test_whose_marker_differs_gets_a_process_set_up_for_it(
