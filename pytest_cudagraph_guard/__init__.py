@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config_guard import ConfigGuard, ConfigKeyError
+from .core.config_guard import ConfigGuard, ConfigKeyError
 from .leak_guard import CudagraphConfigLeakWarning, CudagraphGuardWarning
 
 if TYPE_CHECKING:
-    from .diagnosis import Diagnosis, diagnose
-    from .settings import Setting, effective_settings
+    from .core.diagnosis import Diagnosis, diagnose
+    from .core.settings import Setting, effective_settings
 
 __all__ = [
     "ConfigGuard",
@@ -41,11 +41,11 @@ def ensure_cudagraph_tls() -> bool:
 
 def __getattr__(name: str) -> Any:
     if name in ("Diagnosis", "diagnose"):
-        from . import diagnosis
+        from .core import diagnosis
 
         return getattr(diagnosis, name)
     if name in ("Setting", "effective_settings"):
-        from . import settings
+        from .core import settings
 
         return getattr(settings, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

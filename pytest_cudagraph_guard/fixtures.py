@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from . import _torch
-from .config_guard import ConfigGuard
+from .core.config_guard import ConfigGuard
 
 CUDAGRAPH_SETTINGS = {"triton.cudagraphs": True, "triton.cudagraph_trees": True}
 

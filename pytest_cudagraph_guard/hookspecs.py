@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .diagnosis import Diagnosis
+    from .core.diagnosis import Diagnosis
 
 
 @pytest.hookspec(firstresult=True)

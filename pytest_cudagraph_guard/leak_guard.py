@@ -10,7 +10,7 @@ from typing import Any, Final, TypeVar
 import pytest
 
 from . import _torch
-from .config_state import Change, QuickCheck, Snapshot, absorb, restore
+from .core.config_state import Change, QuickCheck, Snapshot, absorb, restore
 
 T = TypeVar("T")
 

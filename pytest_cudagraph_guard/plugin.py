@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import _torch, hookspecs
-from .fixtures import cudagraphs, dynamo_config, inductor_config
-from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
-from .markers import (
+from .core.markers import (
     SUBPROCESS_MARKER,
     SUBPROCESS_MARKER_DOC,
     THREAD_MARKER,
@@ -25,6 +23,8 @@ from .markers import (
     subprocess_options,
     thread_options,
 )
+from .fixtures import cudagraphs, dynamo_config, inductor_config
+from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
 
 if TYPE_CHECKING:
     from .processes import SubprocessRunner
@@ -102,7 +102,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if not config.getoption("cudagraph_settings"):
         return None
-    from .settings import print_settings
+    from .core.settings import print_settings
 
     print_settings()
     return 0

@@ -15,9 +15,9 @@ from typing import Any, Final, NamedTuple
 import pytest
 
 from . import _torch
-from .diagnosis import CONFIG_DIVERGENCE, error_record
-from .markers import SUBPROCESS_MARKER, THREAD_MARKER
-from .settings import effective_settings, jsonable, settings_record, torch_env
+from .core.diagnosis import CONFIG_DIVERGENCE, error_record
+from .core.markers import SUBPROCESS_MARKER, THREAD_MARKER
+from .core.settings import effective_settings, jsonable, settings_record, torch_env
 from .threads import run_result_key
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"

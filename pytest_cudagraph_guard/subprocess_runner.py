@@ -13,10 +13,10 @@ from typing import Any, Final
 
 import pytest
 
-from .diagnosis import PROCESS_CRASH, TIMEOUT
+from .core.diagnosis import PROCESS_CRASH, TIMEOUT
+from .core.markers import SubprocessOptions
 from .forking import STDERR_NAME, STDOUT_NAME
 from .leak_guard import CudagraphGuardWarning
-from .markers import SubprocessOptions
 from .processes import RESULTS_NAME, ChildExit, SubprocessRunner, last_lines, signal_name
 from .report import USER_PROPERTY, death_record
 from .zygote import installed_plugin_modules, modules_for_a_zygote

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .diagnosis import Diagnosis
+    from .core.diagnosis import Diagnosis
 
 DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
 
@@ -38,7 +38,7 @@ class ThreadExceptionWatch:
 
     def _hook(self, args: threading.ExceptHookArgs) -> None:
         try:
-            from .diagnosis import error_record
+            from .core.diagnosis import error_record
 
             if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
                 name = args.thread.name if args.thread is not None else "<unknown thread>"

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from . import _torch, config_state
-from .diagnosis import THREAD_ERROR, TIMEOUT, Diagnosis, error_record, timeout_hint
-from .markers import THREAD_MARKER, ThreadOptions
+from . import _torch
+from .core import config_state
+from .core.diagnosis import THREAD_ERROR, TIMEOUT, Diagnosis, error_record, timeout_hint
+from .core.markers import THREAD_MARKER, ThreadOptions
 
 THREAD_NAME = "cudagraph-thread-{index}"
 RELEASE_GRACE_S = 30.0
@@ -203,7 +204,7 @@ class ThreadRun:
 
 
 def _settings_here(extra_keys: list[str]) -> dict[str, Any]:
-    from .settings import effective_settings, settings_record
+    from .core.settings import effective_settings, settings_record
 
     return settings_record(effective_settings(extra_keys))
 

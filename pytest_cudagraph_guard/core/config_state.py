@@ -7,8 +7,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
-from . import _torch
-from ._torch import HIDDEN, UNSET, ConfigAccess, RawEntry
+from .. import _torch
+from .._torch import HIDDEN, UNSET, ConfigAccess, RawEntry
 
 ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
 ENV_UNSET: Final = "<unset>"

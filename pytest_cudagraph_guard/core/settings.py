@@ -6,8 +6,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
-from . import _torch
-from ._torch import HIDDEN, UNSET
+from .. import _torch
+from .._torch import HIDDEN, UNSET
 
 ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
 # Besides the config modules, the modules whose source names the variables torch reads.

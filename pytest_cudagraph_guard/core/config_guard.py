@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from . import _torch
-from ._torch import ConfigAccess
+from .. import _torch
+from .._torch import ConfigAccess
 
 
 class ConfigKeyError(KeyError):

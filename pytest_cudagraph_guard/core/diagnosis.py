@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
-from . import _torch
+from .. import _torch
 
 TLS_MISSING: Final = "tls-missing"
 CAPTURE_CONFLICT: Final = "capture-conflict"
