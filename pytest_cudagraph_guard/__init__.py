@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .core.config_guard import ConfigGuard, ConfigKeyError
-from .leak_guard import CudagraphConfigLeakWarning, CudagraphGuardWarning
+from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
 
 if TYPE_CHECKING:
     from .core.diagnosis import Diagnosis, diagnose

@@ -8,8 +8,7 @@ import pytest
 
 from . import _torch
 from .core.config_guard import ConfigGuard
-
-CUDAGRAPH_SETTINGS = {"triton.cudagraphs": True, "triton.cudagraph_trees": True}
+from .core.settings import cudagraph_switches
 
 
 def open_guard(module_name: str) -> ConfigGuard:
@@ -43,7 +42,7 @@ def dynamo_config() -> Iterator[ConfigGuard]:
 @pytest.fixture
 def cudagraphs(inductor_config: ConfigGuard) -> Iterator[ConfigGuard]:
     """CUDA graphs on (with trees) for the test; compiled state is reset afterwards."""
-    inductor_config.update(CUDAGRAPH_SETTINGS)
+    inductor_config.update(cudagraph_switches())
     try:
         yield inductor_config
     finally:

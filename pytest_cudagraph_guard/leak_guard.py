@@ -11,20 +11,12 @@ import pytest
 
 from . import _torch
 from .core.config_state import Change, QuickCheck, Snapshot, absorb, restore
+from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
 
 T = TypeVar("T")
 
 GUARD_MODES: Final = ("restore", "warn", "fail", "off")
 DEFAULT_GUARD_MODE: Final = "warn"
-
-
-class CudagraphConfigLeakWarning(UserWarning):
-    """A test changed torch's cudagraph-related config or environment and left it changed."""
-
-
-class CudagraphGuardWarning(UserWarning):
-    """The guard could not read or restore torch's config (an unknown torch layout, say) and
-    has turned itself off for the rest of the session."""
 
 
 def leak_message(nodeid: str, changes: list[Change], restored: bool) -> str:

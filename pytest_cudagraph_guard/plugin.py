@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import _torch, hookspecs
+from .core.diagnosis import hook_diagnoser
 from .core.markers import (
     SUBPROCESS_MARKER,
     SUBPROCESS_MARKER_DOC,
@@ -23,6 +24,8 @@ from .core.markers import (
     subprocess_options,
     thread_options,
 )
+from .core.outcomes import is_skip_or_xfail, phase_outcome
+from .core.records import USER_PROPERTY, ErrorEntry
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
 
@@ -36,7 +39,7 @@ __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 
 leak_guard_key = pytest.StashKey[LeakGuard]()
 thread_watch_key = pytest.StashKey[Any]()
-foreign_errors_key = pytest.StashKey[list[dict[str, Any]]]()
+foreign_errors_key = pytest.StashKey[list[ErrorEntry]]()
 thread_options_key = pytest.StashKey[ThreadOptions]()
 reporter_key = pytest.StashKey["Reporter"]()
 subprocess_runner_key = pytest.StashKey["SubprocessRunner"]()
@@ -128,7 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.register(ReportWriter(formats), "cudagraph_guard.report")
     from .thread_watch import ThreadExceptionWatch
 
-    watch = ThreadExceptionWatch(_diagnose_hook(config))
+    watch = ThreadExceptionWatch(hook_diagnoser(config))
     watch.install(config)
     config.stash[thread_watch_key] = watch
 
@@ -228,7 +231,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]
 
     reporter = pyfuncitem.config.stash.get(reporter_key, None)
     keys = reporter.extra_keys() if reporter is not None else None
-    with call_in_threads(pyfuncitem, options, _diagnose_hook(pyfuncitem.config), keys):
+    with call_in_threads(pyfuncitem, options, hook_diagnoser(pyfuncitem.config), keys):
         return (yield)
 
 
@@ -254,15 +257,11 @@ def pytest_runtest_makereport(
     if reporter is None:
         return (yield)
     if call.when == "teardown":  # the record rides on the teardown report, so it is built first
-        from .report import is_skip_or_xfail
-
         failed = call.excinfo is not None and not is_skip_or_xfail(call.excinfo.value)
         reporter.phase_done(item, call, "failed" if failed else "passed")
         _attach_record(item, reporter)
     report = yield
     if call.when != "teardown":
-        from .report import phase_outcome
-
         reporter.phase_done(item, call, phase_outcome(report))
     return report
 
@@ -274,8 +273,6 @@ def _attach_record(item: pytest.Item, reporter: Reporter) -> None:
         item, item.stash.get(run_result_key, None), item.stash.get(foreign_errors_key, [])
     )
     if record is not None:
-        from .report import USER_PROPERTY
-
         item.user_properties.append((USER_PROPERTY, record))
 
 
@@ -364,10 +361,3 @@ def _check_markers(item: pytest.Function) -> None:
         except MarkerError as error:
             message = describe_error(item.nodeid, marker, error)
             raise pytest.Collector.CollectError(message) from None
-
-
-def _diagnose_hook(config: pytest.Config) -> Any:
-    def diagnose(exc: BaseException, thread_name: str) -> Any:
-        return config.hook.pytest_cudagraph_diagnose(exc=exc, thread_name=thread_name)
-
-    return diagnose

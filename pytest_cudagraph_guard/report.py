@@ -15,13 +15,14 @@ from typing import Any, Final, NamedTuple
 import pytest
 
 from . import _torch
-from .core.diagnosis import CONFIG_DIVERGENCE, error_record
+from .core.diagnosis import CONFIG_DIVERGENCE, error_record, hook_diagnoser
 from .core.markers import SUBPROCESS_MARKER, THREAD_MARKER
+from .core.outcomes import is_skip_or_xfail, overall_outcome
+from .core.records import USER_PROPERTY, ErrorEntry, error_entry, no_activity
 from .core.settings import effective_settings, jsonable, settings_record, torch_env
 from .threads import run_result_key
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
-USER_PROPERTY: Final = "cudagraph"
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER)
 MARKER_THREAD_PREFIX: Final = "cudagraph-thread-"
@@ -128,7 +129,7 @@ class TestActivity:
             },
         }
 
-    def divergences(self, marker_switches: dict[str, Any] | None) -> list[dict[str, Any]]:
+    def divergences(self, marker_switches: dict[str, Any] | None) -> list[ErrorEntry]:
         """Functions compiled in a non-main thread with cudagraph settings other than the main
         thread's at the test's start (torch >= 2.12 keeps config overrides per thread)."""
         found = []
@@ -155,7 +156,7 @@ def _cudagraphs_requested(compiled: dict[str, Any]) -> bool:
     return bool(_effective(compiled, "triton.cudagraphs"))
 
 
-def _divergence(thread: str, key: str, seen: Any, wanted: Any) -> dict[str, Any]:
+def _divergence(thread: str, key: str, seen: Any, wanted: Any) -> ErrorEntry:
     if _torch.config_is_process_wide():
         hint = (
             "config is process-wide on this torch: something changed it between the test's "
@@ -167,17 +168,11 @@ def _divergence(thread: str, key: str, seen: Any, wanted: Any) -> dict[str, Any]
             "threading.Thread sees the defaults: start it with contextvars.copy_context().run, "
             "set the config inside the thread, or pass mode=/options= to torch.compile"
         )
-    return {
-        "thread": thread,
-        "type": "ConfigDivergence",
-        "message": (
-            f"a function was compiled in thread {thread!r} with {key}={seen!r}; the main "
-            f"thread had {key}={wanted!r} at the test's start"
-        ),
-        "kind": CONFIG_DIVERGENCE,
-        "hint": hint,
-        "traceback": "",
-    }
+    message = (
+        f"a function was compiled in thread {thread!r} with {key}={seen!r}; the main "
+        f"thread had {key}={wanted!r} at the test's start"
+    )
+    return error_entry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
 
 
 class TestState:
@@ -186,7 +181,7 @@ class TestState:
     def __init__(self, activity: TestActivity | None) -> None:
         self.activity = activity
         self.outcomes: dict[str, str] = {}
-        self.errors: list[dict[str, Any]] = []
+        self.errors: list[ErrorEntry] = []
         self.settings: dict[str, Any] | None = None
         self.where = "main"
 
@@ -239,7 +234,9 @@ class Reporter:
         threaded = call.when == "call" and run_result_key in item.stash  # its threads tell
         if excinfo is not None and not threaded and not is_skip_or_xfail(excinfo.value):
             state.errors.append(
-                error_record(excinfo.value, threading.current_thread().name, self._diagnose)
+                error_record(
+                    excinfo.value, threading.current_thread().name, hook_diagnoser(self.config)
+                )
             )
 
     def _worth_settings(self, item: pytest.Item, state: TestState) -> bool:
@@ -258,7 +255,7 @@ class Reporter:
         self,
         item: pytest.Item,
         thread_result: Any,
-        foreign_errors: list[dict[str, Any]],
+        foreign_errors: list[ErrorEntry],
     ) -> dict[str, Any] | None:
         state = item.stash.get(test_state_key, None)
         if state is None:
@@ -290,11 +287,11 @@ class Reporter:
             settings = self._settings_now()
         record = {
             "nodeid": item.nodeid,
-            "outcome": _test_outcome(state.outcomes),
+            "outcome": overall_outcome(state.outcomes),
             "where": thread_result.where if thread_result is not None else state.where,
             "settings": _with_compile_sources(settings or {}, activity),
             "env": torch_env(),
-            "activity": activity.as_record() if activity is not None else _no_activity(),
+            "activity": activity.as_record() if activity is not None else no_activity(),
             "errors": errors,
         }
         self.config.hook.pytest_cudagraph_record(item=item, record=record)
@@ -314,9 +311,6 @@ class Reporter:
         with self._lock:
             if self._current is not None:
                 self._current.add(event, data)
-
-    def _diagnose(self, exc: BaseException, thread_name: str) -> Any:
-        return self.config.hook.pytest_cudagraph_diagnose(exc=exc, thread_name=thread_name)
 
 
 class ReportWriter:
@@ -386,56 +380,10 @@ class ReportWriter:
         }
 
 
-def is_skip_or_xfail(exc: BaseException) -> bool:
-    return isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception))
-
-
 def _uses_plugin(item: pytest.Item) -> bool:
     return bool(PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ()))) or any(
         item.get_closest_marker(name) is not None for name in PLUGIN_MARKERS
     )
-
-
-def phase_outcome(report: Any) -> str:
-    if hasattr(report, "wasxfail"):
-        return "xfailed" if report.skipped else "xpassed"
-    return str(report.outcome)
-
-
-def _test_outcome(outcomes: dict[str, str]) -> str:
-    setup = outcomes.get("setup", "passed")
-    if setup == "failed":
-        return "error"
-    if setup != "passed":
-        return setup
-    call = outcomes.get("call", "passed")
-    if call == "passed" and outcomes.get("teardown") == "failed":
-        return "error"
-    return call
-
-
-def death_record(
-    item: pytest.Item,
-    where: str,
-    trees: bool,
-    env: tuple[tuple[str, str], ...],
-    error: dict[str, Any],
-) -> dict[str, Any]:
-    """The record of a test whose process died: what the parent knows of it."""
-    switches = dict(zip(_torch.CUDAGRAPH_SWITCHES, (True, trees), strict=True))
-    return {
-        "nodeid": item.nodeid,
-        "outcome": "failed",
-        "where": where,
-        "settings": {key: {"value": value, "source": "test"} for key, value in switches.items()},
-        "env": torch_env({**os.environ, **dict(env)}),
-        "activity": _no_activity(),
-        "errors": [error],
-    }
-
-
-def _no_activity() -> dict[str, Any]:
-    return TestActivity({}).as_record()
 
 
 def _with_compile_sources(

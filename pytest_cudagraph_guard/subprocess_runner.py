@@ -15,10 +15,19 @@ import pytest
 
 from .core.diagnosis import PROCESS_CRASH, TIMEOUT
 from .core.markers import SubprocessOptions
+from .core.records import (
+    USER_PROPERTY,
+    ErrorEntry,
+    SettingEntry,
+    TestRecord,
+    error_entry,
+    new_test_record,
+    no_activity,
+)
+from .core.settings import cudagraph_switches, torch_env
+from .core.warnings import CudagraphGuardWarning
 from .forking import STDERR_NAME, STDOUT_NAME
-from .leak_guard import CudagraphGuardWarning
 from .processes import RESULTS_NAME, ChildExit, SubprocessRunner, last_lines, signal_name
-from .report import USER_PROPERTY, death_record
 from .zygote import installed_plugin_modules, modules_for_a_zygote
 
 PHASES: Final = ("setup", "call", "teardown")
@@ -77,7 +86,7 @@ def death_message(outcome: ChildExit, messages: ChildMessages, summary: str, ran
     return "\n\n".join(parts)
 
 
-def death_error(outcome: ChildExit, summary: str) -> dict[str, Any]:
+def death_error(outcome: ChildExit, summary: str) -> ErrorEntry:
     """The report's error entry for a test process that ended without a result."""
     if outcome.timed_out:
         kind, kind_type = TIMEOUT, "Timeout"
@@ -93,14 +102,9 @@ def death_error(outcome: ChildExit, summary: str) -> dict[str, Any]:
             "the test's own process ended without a result (a crash in native code, an abort "
             "or os._exit); the session went on, and the failure shows the end of its stderr"
         )
-    return {
-        "thread": f"subprocess {outcome.pid}",
-        "type": kind_type,
-        "message": summary,
-        "kind": kind,
-        "hint": hint,
-        "traceback": last_lines(outcome.stream(STDERR_NAME)),
-    }
+    traceback = last_lines(outcome.stream(STDERR_NAME))
+    thread = f"subprocess {outcome.pid}"
+    return error_entry(thread, kind_type, summary, kind=kind, hint=hint, traceback=traceback)
 
 
 def emit_warnings(config: pytest.Config, nodeid: str, found: list[dict[str, Any]]) -> None:
@@ -270,9 +274,21 @@ def _report(
 
 def _death_record(
     item: pytest.Item, outcome: ChildExit, summary: str, options: SubprocessOptions
-) -> dict[str, Any]:
-    error = death_error(outcome, summary)
-    record = death_record(item, f"subprocess {outcome.pid}", options.trees, options.env, error)
+) -> TestRecord:
+    """The record of a test whose process died: what the parent knows of it."""
+    settings: dict[str, SettingEntry] = {
+        key: {"value": value, "source": "test"}
+        for key, value in cudagraph_switches(options.trees).items()
+    }
+    record = new_test_record(
+        item.nodeid,
+        outcome="failed",
+        where=f"subprocess {outcome.pid}",
+        settings=settings,
+        env=torch_env({**os.environ, **dict(options.env)}),
+        activity=no_activity(),
+        errors=[death_error(outcome, summary)],
+    )
     item.config.hook.pytest_cudagraph_record(item=item, record=record)
     return record
 

@@ -9,20 +9,19 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
-    from .core.diagnosis import Diagnosis
-
-DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
+    from .core.diagnosis import DiagnoseHook
+    from .core.records import ErrorEntry
 
 
 class ThreadExceptionWatch:
     def __init__(self, diagnose_hook: DiagnoseHook) -> None:
         self._diagnose_hook = diagnose_hook
-        self._seen: deque[dict[str, Any]] = deque()
+        self._seen: deque[ErrorEntry] = deque()
         self._previous: Callable[[threading.ExceptHookArgs], object] | None = None
 
     def install(self, config: pytest.Config) -> None:
@@ -30,7 +29,7 @@ class ThreadExceptionWatch:
         threading.excepthook = self._hook
         config.add_cleanup(self._uninstall)
 
-    def drain(self) -> list[dict[str, Any]]:
+    def drain(self) -> list[ErrorEntry]:
         drained = []
         while self._seen:
             drained.append(self._seen.popleft())

@@ -17,13 +17,13 @@ import pytest
 
 from . import _torch
 from .core import config_state
-from .core.diagnosis import THREAD_ERROR, TIMEOUT, Diagnosis, error_record, timeout_hint
+from .core.diagnosis import THREAD_ERROR, TIMEOUT, DiagnoseHook, error_record, timeout_hint
 from .core.markers import THREAD_MARKER, ThreadOptions
+from .core.records import ErrorEntry, error_entry
+from .core.settings import cudagraph_switches
 
 THREAD_NAME = "cudagraph-thread-{index}"
 RELEASE_GRACE_S = 30.0
-
-DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
 
 
 class ThreadRunResult:
@@ -31,8 +31,8 @@ class ThreadRunResult:
 
     def __init__(self, options: ThreadOptions, settings_keys: list[str] | None) -> None:
         self.where = f"thread x {options.threads}"
-        self.switches = dict(zip(_torch.CUDAGRAPH_SWITCHES, (True, options.trees), strict=True))
-        self.errors: list[dict[str, Any]] = []
+        self.switches = cudagraph_switches(options.trees)
+        self.errors: list[ErrorEntry] = []
         self.settings: dict[str, Any] | None = None
         self.settings_keys = settings_keys  # None: nobody reports settings
 
@@ -220,25 +220,19 @@ def _stack_of(frame: FrameType | None) -> str:
     return "".join(traceback.format_list(entries)).rstrip()
 
 
-def _timeout_record(thread_name: str, timeout: float) -> dict[str, Any]:
-    return {
-        "thread": thread_name,
-        "type": "Timeout",
-        "message": f"still running after {timeout:g} s",
-        "kind": TIMEOUT,
-        "hint": timeout_hint(timeout),
-        "traceback": "",
-    }
+def _timeout_record(thread_name: str, timeout: float) -> ErrorEntry:
+    message = f"still running after {timeout:g} s"
+    return error_entry(thread_name, "Timeout", message, kind=TIMEOUT, hint=timeout_hint(timeout))
 
 
 def _raise_failures(
-    failures: list[tuple[str, BaseException]], records: list[dict[str, Any]], threads: int
+    failures: list[tuple[str, BaseException]], records: list[ErrorEntry], threads: int
 ) -> None:
     by_thread = {record["thread"]: record for record in records}
     for name, exc in failures:
-        record = by_thread.get(name, {})
         note = f"[{name}] raised this"
-        if record.get("kind") not in (None, THREAD_ERROR):
+        record = by_thread.get(name)
+        if record is not None and record["kind"] not in (None, THREAD_ERROR):
             note += f"\n[{name}] kind: {record['kind']}\n[{name}] hint: {record['hint']}"
         _add_note(exc, note)
     if len(failures) == 1:

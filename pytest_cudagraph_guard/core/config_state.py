@@ -9,8 +9,8 @@ from typing import Any, Final, NamedTuple
 
 from .. import _torch
 from .._torch import HIDDEN, UNSET, ConfigAccess, RawEntry
+from .settings import ENV_PREFIXES
 
-ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
 ENV_UNSET: Final = "<unset>"
 
 

@@ -11,9 +11,12 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final
+from typing import Final
+
+import pytest
 
 from .. import _torch
+from .records import ErrorEntry, error_entry
 
 TLS_MISSING: Final = "tls-missing"
 CAPTURE_CONFLICT: Final = "capture-conflict"
@@ -51,6 +54,23 @@ class Diagnosis:
 
     kind: str
     hint: str
+
+
+# Other plugins' classifier (the ``pytest_cudagraph_diagnose`` hook), given the exception and the
+# name of the thread that raised it.
+DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
+
+
+def hook_diagnoser(config: pytest.Config) -> DiagnoseHook:
+    """The session's ``pytest_cudagraph_diagnose`` hook as a plain function."""
+
+    def diagnose(exc: BaseException, thread_name: str) -> Diagnosis | None:
+        found: Diagnosis | None = config.hook.pytest_cudagraph_diagnose(
+            exc=exc, thread_name=thread_name
+        )
+        return found
+
+    return diagnose
 
 
 def diagnose(exc: BaseException, thread_name: str | None = None) -> Diagnosis | None:
@@ -165,21 +185,21 @@ def timeout_hint(timeout: float) -> str:
 def error_record(
     exc: BaseException,
     thread_name: str,
-    diagnose_hook: Callable[[BaseException, str], Diagnosis | None] | None = None,
-) -> dict[str, Any]:
+    diagnose_hook: DiagnoseHook | None = None,
+) -> ErrorEntry:
     """A builtin-types description of an exception for reports: thread, type, message,
     kind, hint and a short traceback."""
     found = diagnose(exc, thread_name)
     if (found is None or found.kind == THREAD_ERROR) and diagnose_hook is not None:
         found = diagnose_hook(exc, thread_name) or found
-    return {
-        "thread": thread_name,
-        "type": _type_name(exc),
-        "message": str(exc),
-        "kind": found.kind if found else None,
-        "hint": found.hint if found else None,
-        "traceback": short_traceback(exc),
-    }
+    return error_entry(
+        thread_name,
+        _type_name(exc),
+        str(exc),
+        kind=found.kind if found else None,
+        hint=found.hint if found else None,
+        traceback=short_traceback(exc),
+    )
 
 
 def _type_name(exc: BaseException) -> str:

@@ -14,6 +14,12 @@ ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
 
 
+def cudagraph_switches(trees: bool = True) -> dict[str, bool]:
+    """The settings that turn CUDA graphs on: ``triton.cudagraphs`` and, as ``trees`` says,
+    ``triton.cudagraph_trees``."""
+    return dict(zip(_torch.CUDAGRAPH_SWITCHES, (True, trees), strict=True))
+
+
 class Setting(NamedTuple):
     """A setting's effective value and its source: ``default``, ``env:NAME``, ``test`` (set by
     the test, a fixture or a marker) or ``compile`` (set by torch.compile options or mode)."""

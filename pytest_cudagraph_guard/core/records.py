@@ -1,0 +1,144 @@
+"""The records that features exchange and the report shows, each built in one place.
+
+A record holds builtin types only: it rides on a test's report as a user property, so it
+crosses pytest-xdist and test processes as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypedDict
+
+USER_PROPERTY: Final = "cudagraph"
+
+
+class ErrorEntry(TypedDict):
+    """An exception seen in a test (or a test process that died), named and explained."""
+
+    thread: str
+    type: str
+    message: str
+    kind: str | None
+    hint: str | None
+    traceback: str
+
+
+class SettingEntry(TypedDict):
+    value: Any
+    source: str
+
+
+class CompiledEntry(TypedDict):
+    thread: str
+    options: dict[str, Any]
+    cudagraphs: bool
+    trees: Any
+
+
+class SkipEntry(TypedDict):
+    thread: str
+    reason: str
+
+
+class ThreadActivity(TypedDict):
+    compiled: int
+    cudagraphed_graphs: int
+    recorded: int
+    replays: int
+    skips: int
+
+
+class Activity(TypedDict):
+    """What torch did with CUDA graphs while a test ran, in any thread."""
+
+    compiled: list[CompiledEntry]
+    cudagraphed_graphs: int
+    recorded: int
+    replays: int
+    skips: list[SkipEntry]
+    torch_skip_counter: int
+    by_thread: dict[str, ThreadActivity]
+
+
+class TestRecord(TypedDict):
+    """One test's entry in the report."""
+
+    nodeid: str
+    outcome: str
+    where: str
+    settings: dict[str, SettingEntry]
+    env: dict[str, str]
+    activity: Activity
+    errors: list[ErrorEntry]
+
+
+def error_entry(
+    thread: str,
+    type_name: str,
+    message: str,
+    *,
+    kind: str | None,
+    hint: str | None,
+    traceback: str = "",
+) -> ErrorEntry:
+    return {
+        "thread": thread,
+        "type": type_name,
+        "message": message,
+        "kind": kind,
+        "hint": hint,
+        "traceback": traceback,
+    }
+
+
+def activity_record(
+    *,
+    compiled: list[CompiledEntry],
+    cudagraphed_graphs: int,
+    recorded: int,
+    replays: int,
+    skips: list[SkipEntry],
+    torch_skip_counter: int,
+    by_thread: dict[str, ThreadActivity],
+) -> Activity:
+    return {
+        "compiled": compiled,
+        "cudagraphed_graphs": cudagraphed_graphs,
+        "recorded": recorded,
+        "replays": replays,
+        "skips": skips,
+        "torch_skip_counter": torch_skip_counter,
+        "by_thread": by_thread,
+    }
+
+
+def no_activity() -> Activity:
+    return activity_record(
+        compiled=[],
+        cudagraphed_graphs=0,
+        recorded=0,
+        replays=0,
+        skips=[],
+        torch_skip_counter=0,
+        by_thread={},
+    )
+
+
+def new_test_record(
+    nodeid: str,
+    *,
+    outcome: str,
+    where: str,
+    settings: dict[str, SettingEntry],
+    env: dict[str, str],
+    activity: Activity,
+    errors: list[ErrorEntry],
+) -> TestRecord:
+    return {
+        "nodeid": nodeid,
+        "outcome": outcome,
+        "where": where,
+        "settings": settings,
+        "env": env,
+        "activity": activity,
+        "errors": errors,
+    }
