@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
@@ -59,9 +59,31 @@ class LeakGuard:
             )
             return None
 
-    def before_tests(self) -> None:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Takes the baseline once collection (and module-level code) is done."""
         self._safely(self._rebaseline)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+    ) -> Generator[None, Any, Any]:
+        if fixturedef.scope == "function":
+            return (yield)
+        with self.shared_fixture(fixturedef):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, None, None]:
+        """After every other teardown: what the test leaves changed is a leak."""
+        try:
+            result = yield
+        except BaseException:
+            self.after_test(item, may_fail=False)
+            raise
+        self.after_test(item, may_fail=True)
+        return result
 
     def after_test(self, item: pytest.Item, *, may_fail: bool = True) -> None:
         changes = self._safely(self._leaked_changes) or []

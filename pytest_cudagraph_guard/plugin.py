@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import _torch, hookspecs
+from .core import plugin_names
 from .core.diagnosis import hook_diagnoser
 from .core.markers import (
     SUBPROCESS_MARKER,
@@ -19,8 +20,8 @@ from .core.markers import (
     THREAD_MARKER,
     THREAD_MARKER_DOC,
     MarkerError,
-    ThreadOptions,
     describe_error,
+    plugin_marks,
     subprocess_options,
     thread_options,
 )
@@ -28,6 +29,7 @@ from .core.outcomes import is_skip_or_xfail, phase_outcome
 from .core.records import USER_PROPERTY, ErrorEntry
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
+from .threads.plugin import ThreadsPlugin
 
 if TYPE_CHECKING:
     from .processes import SubprocessRunner
@@ -37,15 +39,12 @@ REPORT_FORMAT_HELP = "term, term-all, json:PATH or md:PATH"
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 
-leak_guard_key = pytest.StashKey[LeakGuard]()
 thread_watch_key = pytest.StashKey[Any]()
 foreign_errors_key = pytest.StashKey[list[ErrorEntry]]()
-thread_options_key = pytest.StashKey[ThreadOptions]()
 reporter_key = pytest.StashKey["Reporter"]()
 subprocess_runner_key = pytest.StashKey["SubprocessRunner"]()
 # Set by the test process's own plugin: this session runs one marked test inside its process.
 subprocess_child_key = pytest.StashKey[dict[str, Any]]()
-marks_key = pytest.StashKey[tuple[pytest.Mark | None, pytest.Mark | None]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -118,17 +117,19 @@ def pytest_configure(config: pytest.Config) -> None:
     mode = _guard_mode(config)
     if mode != "off":
         guard = LeakGuard(mode)
-        config.stash[leak_guard_key] = guard
+        config.pluginmanager.register(guard, plugin_names.LEAK_GUARD)
         config.add_cleanup(guard.close)
+    config.pluginmanager.register(ThreadsPlugin(), plugin_names.THREADS)
     formats = _report_formats(config)
     if formats:
         from .report import Reporter, ReportWriter
 
         reporter = Reporter(config, formats)
         config.stash[reporter_key] = reporter
+        config.pluginmanager.register(reporter, plugin_names.REPORT)
         config.add_cleanup(reporter.close)
         if not _is_xdist_worker(config) and not _is_subprocess_child(config):
-            config.pluginmanager.register(ReportWriter(formats), "cudagraph_guard.report")
+            config.pluginmanager.register(ReportWriter(formats), plugin_names.REPORT_WRITER)
     from .thread_watch import ThreadExceptionWatch
 
     watch = ThreadExceptionWatch(hook_diagnoser(config))
@@ -155,15 +156,9 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
         _prestart_test_processes(collector)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    guard = session.config.stash.get(leak_guard_key, None)
-    if guard is not None:
-        guard.before_tests()
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-    _, mark = _plugin_marks(item)
+    _, mark = plugin_marks(item)
     if mark is None or _is_subprocess_child(item.config):
         return None
     try:
@@ -174,7 +169,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
     reporting = reporter_key in item.config.stash
     runner = _subprocess_runner(item.config)
-    set_up_next = nextitem is not None and _plugin_marks(nextitem)[1] is not None
+    set_up_next = nextitem is not None and plugin_marks(nextitem)[1] is not None
     run_protocol(item, nextitem, options, runner, reporting=reporting, set_up_next=set_up_next)
     return True
 
@@ -184,7 +179,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     reporter = item.config.stash.get(reporter_key, None)
     if reporter is not None:
         reporter.test_started(item)
-    thread_mark, process_mark = _plugin_marks(item)
+    thread_mark, process_mark = plugin_marks(item)
     if thread_mark is None and process_mark is None:
         return
     try:  # again: a marker may have been added after collection
@@ -200,19 +195,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     require_cuda = any(o.require_cuda for o in (thread, process) if o is not None)
     if require_cuda and not _torch.cuda_visible():
         pytest.skip("CUDA is not available")
-    if thread is not None:
-        item.stash[thread_options_key] = thread
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(
-    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
-) -> Generator[None, Any, Any]:
-    guard = request.config.stash.get(leak_guard_key, None)
-    if guard is None or fixturedef.scope == "function":
-        return (yield)
-    with guard.shared_fixture(fixturedef):
-        return (yield)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -222,31 +204,14 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         reporter.call_started(item)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
-    options = pyfuncitem.stash.get(thread_options_key, None)
-    if options is None:
-        return (yield)
-    from .threads import call_in_threads
-
-    reporter = pyfuncitem.config.stash.get(reporter_key, None)
-    keys = reporter.extra_keys() if reporter is not None else None
-    with call_in_threads(pyfuncitem, options, hook_diagnoser(pyfuncitem.config), keys):
-        return (yield)
-
-
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(
     item: pytest.Item, nextitem: pytest.Item | None
 ) -> Generator[None, None, None]:
-    guard = item.config.stash.get(leak_guard_key, None)
     try:
-        result = yield
-    except BaseException:
-        _after_test(item, guard, may_fail=False)
-        raise
-    _after_test(item, guard, may_fail=True)
-    return result
+        return (yield)
+    finally:
+        _drain_thread_errors(item)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -267,7 +232,7 @@ def pytest_runtest_makereport(
 
 
 def _attach_record(item: pytest.Item, reporter: Reporter) -> None:
-    from .threads import run_result_key
+    from .threads.run import run_result_key
 
     record = reporter.record_for(
         item, item.stash.get(run_result_key, None), item.stash.get(foreign_errors_key, [])
@@ -282,16 +247,6 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
 
 def _is_subprocess_child(config: pytest.Config) -> bool:
     return subprocess_child_key in config.stash
-
-
-def _plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | None]:
-    """The item's thread and subprocess markers, looked up once per test (after collection
-    hooks may have added them)."""
-    marks = item.stash.get(marks_key, None)
-    if marks is None:
-        marks = (item.get_closest_marker(THREAD_MARKER), item.get_closest_marker(SUBPROCESS_MARKER))
-        item.stash[marks_key] = marks
-    return marks
 
 
 def _subprocess_runner(config: pytest.Config) -> SubprocessRunner:
@@ -329,14 +284,12 @@ def _report_formats(config: pytest.Config) -> list[ReportFormat]:
     return parse_formats(values, origin)
 
 
-def _after_test(item: pytest.Item, guard: LeakGuard | None, *, may_fail: bool) -> None:
+def _drain_thread_errors(item: pytest.Item) -> None:
     watch = item.config.stash.get(thread_watch_key, None)
     if watch is not None:
         errors = watch.drain()
         if errors:
             item.stash[foreign_errors_key] = errors
-    if guard is not None:
-        guard.after_test(item, may_fail=may_fail)
 
 
 def _guard_mode(config: pytest.Config) -> str:

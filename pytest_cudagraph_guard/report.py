@@ -20,7 +20,7 @@ from .core.markers import SUBPROCESS_MARKER, THREAD_MARKER
 from .core.outcomes import is_skip_or_xfail, overall_outcome
 from .core.records import USER_PROPERTY, ErrorEntry, error_entry, no_activity
 from .core.settings import effective_settings, jsonable, settings_record, torch_env
-from .threads import run_result_key
+from .threads.run import run_result_key
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})

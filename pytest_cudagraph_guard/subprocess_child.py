@@ -19,7 +19,8 @@ from typing import IO, Any, NoReturn
 import pytest
 
 from . import _torch
-from .plugin import leak_guard_key, subprocess_child_key
+from .core import plugin_names
+from .plugin import subprocess_child_key
 from .zygote import (
     child_sys_path,
     installed_plugin_modules,
@@ -163,7 +164,11 @@ class SubprocessChild:
 
     def apply_cudagraph_settings(self) -> None:
         """CUDA graphs on, for the whole process: not a change the running test made."""
-        guard = None if self.config is None else self.config.stash.get(leak_guard_key, None)
+        guard: plugin_names.TakesInChanges | None = (
+            None
+            if self.config is None
+            else self.config.pluginmanager.get_plugin(plugin_names.LEAK_GUARD)
+        )
         apply = functools.partial(_torch.apply_cudagraph_settings, self.request["trees"])
         if guard is None:
             apply()

@@ -133,3 +133,16 @@ def _check_env(value: object) -> tuple[tuple[str, str], ...]:
 
 def _is_env_name(name: object) -> bool:
     return isinstance(name, str) and bool(name) and "=" not in name and "\0" not in name
+
+
+_marks_key = pytest.StashKey[tuple[pytest.Mark | None, pytest.Mark | None]]()
+
+
+def plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | None]:
+    """The item's thread and subprocess markers, looked up once per test (after collection
+    hooks may have added them)."""
+    marks = item.stash.get(_marks_key, None)
+    if marks is None:
+        marks = (item.get_closest_marker(THREAD_MARKER), item.get_closest_marker(SUBPROCESS_MARKER))
+        item.stash[_marks_key] = marks
+    return marks

@@ -18,3 +18,9 @@ class TakesInChanges(Protocol):
     session's own (as a shared fixture's), not a test's leak."""
 
     def take_in(self, change: Callable[[], None]) -> None: ...
+
+
+class ReadsSettings(Protocol):
+    """The report, as the thread marker uses it: the extra config keys whose settings it shows."""
+
+    def extra_keys(self) -> list[str]: ...

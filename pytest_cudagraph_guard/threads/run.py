@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from . import _torch
-from .core import config_state
-from .core.diagnosis import THREAD_ERROR, TIMEOUT, DiagnoseHook, error_record, timeout_hint
-from .core.markers import THREAD_MARKER, ThreadOptions
-from .core.records import ErrorEntry, error_entry
-from .core.settings import cudagraph_switches
+from .. import _torch
+from ..core import config_state
+from ..core.diagnosis import THREAD_ERROR, TIMEOUT, DiagnoseHook, error_record, timeout_hint
+from ..core.markers import THREAD_MARKER, ThreadOptions
+from ..core.records import ErrorEntry, error_entry
+from ..core.settings import cudagraph_switches
 
 THREAD_NAME = "cudagraph-thread-{index}"
 RELEASE_GRACE_S = 30.0
@@ -204,7 +204,7 @@ class ThreadRun:
 
 
 def _settings_here(extra_keys: list[str]) -> dict[str, Any]:
-    from .core.settings import effective_settings, settings_record
+    from ..core.settings import effective_settings, settings_record
 
     return settings_record(effective_settings(extra_keys))
 

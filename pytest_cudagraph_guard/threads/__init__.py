@@ -1,0 +1,1 @@
+"""``@pytest.mark.cudagraph_thread``: a test's call phase in fresh non-main threads."""
