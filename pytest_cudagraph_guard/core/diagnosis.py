@@ -25,6 +25,18 @@ CONFIG_DIVERGENCE: Final = "config-divergence"
 PROCESS_CRASH: Final = "process-crash"
 TIMEOUT: Final = "timeout"
 THREAD_ERROR: Final = "thread-error"
+CROSS_THREAD_GRAPH: Final = "cross-thread-graph"
+UNCLASSIFIED: Final = "unclassified"  # how text names an error of no kind (JSON: null)
+ALL_KINDS: Final = (
+    TLS_MISSING,
+    CAPTURE_CONFLICT,
+    TLS_CORRUPT,
+    CONFIG_DIVERGENCE,
+    CROSS_THREAD_GRAPH,
+    PROCESS_CRASH,
+    TIMEOUT,
+    THREAD_ERROR,
+)
 
 FIXED_IN: Final = (2, 13)
 FIX_PR: Final = "pytorch PR #184357"
