@@ -46,9 +46,12 @@ class ThreadOptions(NamedTuple):
     require_cuda: bool = False
 
 
-def thread_options(mark: pytest.Mark) -> ThreadOptions:
-    """The validated arguments of a ``cudagraph_thread`` marker."""
+def thread_options(mark: pytest.Mark, default_timeout: float | None = None) -> ThreadOptions:
+    """The validated arguments of a ``cudagraph_thread`` marker; ``default_timeout`` (from
+    ``--cudagraph-timeout``) where the marker gives none."""
     values = _bind(mark, ThreadOptions._fields, positional=("threads",))
+    if default_timeout is not None:
+        values.setdefault("timeout", default_timeout)
     options = ThreadOptions(**values)
     _check_positive_int(options.threads, "threads")
     _check_positive_number(options.timeout, "timeout")
@@ -66,9 +69,14 @@ class SubprocessOptions(NamedTuple):
     require_cuda: bool = False
 
 
-def subprocess_options(mark: pytest.Mark) -> SubprocessOptions:
-    """The validated arguments of a ``cudagraph_subprocess`` marker."""
+def subprocess_options(
+    mark: pytest.Mark, default_timeout: float | None = None
+) -> SubprocessOptions:
+    """The validated arguments of a ``cudagraph_subprocess`` marker; ``default_timeout`` (from
+    ``--cudagraph-timeout``) where the marker gives none."""
     values = _bind(mark, SubprocessOptions._fields, positional=())
+    if default_timeout is not None:
+        values.setdefault("timeout", default_timeout)
     env = values.pop("env", None)
     options = SubprocessOptions(**values, env=_check_env(env))
     _check_positive_number(options.timeout, "timeout")
