@@ -15,6 +15,7 @@ from . import _torch, hookspecs
 from .core import plugin_names
 from .core.diagnosis import hook_diagnoser
 from .core.markers import (
+    MAIN_THREAD_MARKER_DOC,
     SUBPROCESS_MARKER,
     SUBPROCESS_MARKER_DOC,
     THREAD_MARKER,
@@ -25,10 +26,12 @@ from .core.markers import (
     subprocess_options,
     thread_options,
 )
+from .core.options import add_options, suite_options
 from .core.outcomes import is_skip_or_xfail, phase_outcome
 from .core.records import USER_PROPERTY, ErrorEntry
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
+from .suite import SuitePlugin
 from .threads.plugin import ThreadsPlugin
 
 if TYPE_CHECKING:
@@ -89,6 +92,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"report formats when --cudagraph-report is not given: {REPORT_FORMAT_HELP}",
         default=[],
     )
+    add_options(parser, group)
     group.addoption(
         "--cudagraph-settings",
         dest="cudagraph_settings",
@@ -114,6 +118,10 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", THREAD_MARKER_DOC)
     config.addinivalue_line("markers", SUBPROCESS_MARKER_DOC)
+    config.addinivalue_line("markers", MAIN_THREAD_MARKER_DOC)
+    options = suite_options(config)
+    if options.applies_markers:
+        config.pluginmanager.register(SuitePlugin(options), plugin_names.SUITE)
     mode = _guard_mode(config)
     if mode != "off":
         guard = LeakGuard(mode)

@@ -10,6 +10,7 @@ import pytest
 
 THREAD_MARKER: Final = "cudagraph_thread"
 SUBPROCESS_MARKER: Final = "cudagraph_subprocess"
+MAIN_THREAD_MARKER: Final = "cudagraph_main_thread"
 TLS_MODES: Final = ("native", "init")
 
 THREAD_MARKER_DOC: Final = (
@@ -31,6 +32,13 @@ SUBPROCESS_MARKER_DOC: Final = (
     "dies fails the test with its signal or exit code; one still running after `timeout` "
     "seconds is killed with its process group. require_cuda=True skips the test without a "
     "CUDA device."
+)
+
+
+MAIN_THREAD_MARKER_DOC: Final = (
+    f"{MAIN_THREAD_MARKER}: run the test in the session's own main thread and process, "
+    "whatever --cudagraph-threads and --cudagraph-subprocess say (for tests that must, e.g. "
+    "signal handlers)."
 )
 
 

@@ -11,6 +11,7 @@ THREADS: Final = "cudagraph_guard.threads"
 ISOLATION: Final = "cudagraph_guard.isolation"
 REPORT: Final = "cudagraph_guard.report"
 REPORT_WRITER: Final = "cudagraph_guard.report_writer"
+SUITE: Final = "cudagraph_guard.suite"
 
 
 class TakesInChanges(Protocol):

@@ -8,11 +8,16 @@ from typing import Any
 import pytest
 
 from ..core import plugin_names
-from ..core.diagnosis import hook_diagnoser
-from ..core.markers import plugin_marks, thread_options
+from ..core.diagnosis import DiagnoseHook, hook_diagnoser
+from ..core.markers import ThreadOptions, plugin_marks, thread_options
+from ..core.options import suite_options
 
 
 class ThreadsPlugin:
+    """Runs the call phase of each test marked ``cudagraph_thread`` in the marker's threads:
+    a test function through ``pytest_pyfunc_call``, a ``unittest.TestCase`` test (whose
+    ``setUp`` and ``tearDown`` pytest runs in the call phase) through its ``runtest``."""
+
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
         mark = plugin_marks(pyfuncitem)[0]
@@ -20,10 +25,33 @@ class ThreadsPlugin:
             return (yield)
         from .run import call_in_threads
 
-        config = pyfuncitem.config
-        reporter: plugin_names.ReadsSettings | None = config.pluginmanager.get_plugin(
-            plugin_names.REPORT
-        )
-        keys = reporter.extra_keys() if reporter is not None else None
-        with call_in_threads(pyfuncitem, thread_options(mark), hook_diagnoser(config), keys):
+        with call_in_threads(pyfuncitem, *_run_arguments(pyfuncitem, mark)):
             return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        mark = plugin_marks(item)[0]
+        if mark is None:
+            return (yield)
+        from .unittest_cases import is_unittest_case, unittest_case_in_threads
+
+        if not is_unittest_case(item):
+            return (yield)
+        from .run import thread_runner
+
+        with unittest_case_in_threads(item, thread_runner(item, *_run_arguments(item, mark))):
+            return (yield)
+
+
+def _run_arguments(
+    item: pytest.Item, mark: pytest.Mark
+) -> tuple[ThreadOptions, DiagnoseHook, list[str] | None]:
+    """The marker's options, the session's diagnose hook, and the settings keys the report
+    wants read in the threads (None without a report)."""
+    config = item.config
+    reporter: plugin_names.ReadsSettings | None = config.pluginmanager.get_plugin(
+        plugin_names.REPORT
+    )
+    keys = reporter.extra_keys() if reporter is not None else None
+    options = thread_options(mark, suite_options(config).timeout)
+    return options, hook_diagnoser(config), keys

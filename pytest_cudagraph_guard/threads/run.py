@@ -48,27 +48,35 @@ def call_in_threads(
     settings_keys: list[str] | None = None,
 ) -> Iterator[None]:
     """For the duration of the call phase, makes ``item.obj`` run in the marker's threads."""
-    result = ThreadRunResult(options, settings_keys)
-    item.stash[run_result_key] = result
+    run = thread_runner(item, options, diagnose_hook, settings_keys)
     original = item.obj
-    item.obj = _threaded(original, options, result, diagnose_hook)
+    item.obj = _threaded(original, run)
     try:
         yield
     finally:
         item.obj = original
 
 
-def _threaded(
-    body: Callable[..., Any],
+def thread_runner(
+    item: pytest.Item,
     options: ThreadOptions,
-    result: ThreadRunResult,
     diagnose_hook: DiagnoseHook,
+    settings_keys: list[str] | None,
+) -> Callable[[Callable[[], Any]], None]:
+    """A function that runs a body in the marker's threads, keeping the results for ``item``."""
+    result = ThreadRunResult(options, settings_keys)
+    item.stash[run_result_key] = result
+    return lambda body: ThreadRun(body, options, result, diagnose_hook).run()
+
+
+def _threaded(
+    body: Callable[..., Any], run: Callable[[Callable[[], Any]], None]
 ) -> Callable[..., Any]:
     @functools.wraps(body)
-    def run(*args: Any, **kwargs: Any) -> None:
-        ThreadRun(functools.partial(body, *args, **kwargs), options, result, diagnose_hook).run()
+    def threaded(*args: Any, **kwargs: Any) -> None:
+        run(functools.partial(body, *args, **kwargs))
 
-    return run
+    return threaded
 
 
 class ThreadRun:

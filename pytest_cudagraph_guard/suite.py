@@ -1,0 +1,51 @@
+"""``--cudagraph-threads`` and ``--cudagraph-subprocess``: a suite's tests run as if marked,
+without editing them. A test's own marker, or ``cudagraph_main_thread``, wins."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Final
+
+import pytest
+
+from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
+from .core.options import SuiteOptions
+
+OPTION_OF: Final = {
+    THREAD_MARKER: "--cudagraph-threads",
+    SUBPROCESS_MARKER: "--cudagraph-subprocess",
+}
+
+
+class SuitePlugin:
+    def __init__(self, options: SuiteOptions) -> None:
+        self.marks: list[pytest.MarkDecorator] = []
+        if options.threads > 0:
+            self.marks.append(
+                getattr(pytest.mark, THREAD_MARKER)(threads=options.threads, tls=options.tls)
+            )
+        if options.subprocess:
+            self.marks.append(getattr(pytest.mark, SUBPROCESS_MARKER)())
+        self.applied: Counter[str] = Counter()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            if _keeps_its_own(item):
+                continue
+            for mark in self.marks:
+                item.add_marker(mark)
+                self.applied[mark.name] += 1
+
+    def pytest_report_collectionfinish(self) -> list[str]:
+        return [
+            f"{marker} applied to {count} tests by {OPTION_OF[marker]}"
+            for marker, count in self.applied.items()
+        ]
+
+
+def _keeps_its_own(item: pytest.Item) -> bool:
+    return any(
+        item.get_closest_marker(name) is not None
+        for name in (THREAD_MARKER, SUBPROCESS_MARKER, MAIN_THREAD_MARKER)
+    )
