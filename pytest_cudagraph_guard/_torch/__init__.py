@@ -1,0 +1,92 @@
+"""The one place that touches torch internals and the differences between its releases.
+
+Nothing here imports torch at module level: every function that needs torch takes it from
+``sys.modules`` or imports it on demand, so that loading the plugin stays free. Every torch
+attribute the plugin replaces is a row of ``patches.PATCHES``.
+"""
+
+from .config_access import (
+    CUDAGRAPH_SWITCHES,
+    DYNAMO_CONFIG,
+    GUARDED_CONFIG_MODULES,
+    INDUCTOR_CONFIG,
+    ConfigAccess,
+    import_config,
+    loaded_config,
+    loaded_guarded_configs,
+    nearest_keys,
+)
+from .counting import change_count, count_changes, stop_counting
+from .cudagraph_settings import (
+    apply_cudagraph_settings,
+    config_is_process_wide,
+    cudagraph_switches_here,
+    settings_can_wait_for_import,
+)
+from .env_sources import env_names, env_variables_read, is_torch_env_memo
+from .import_hooks import run_after_import
+from .observe import skip_count, start_observing, stop_observing
+from .readiness import start_thread_readiness, stop_thread_readiness
+from .runtime import (
+    TorchNotInstalled,
+    cuda_visible,
+    import_torch,
+    release_tuple,
+    torch_loaded,
+    torch_version,
+    versions,
+)
+from .trees import (
+    creates_thread_state_lazily,
+    ensure_cudagraph_tls,
+    import_cudagraph_trees,
+    release_cudagraph_tls,
+    reset_compiled_state,
+)
+from .values import HIDDEN, UNSET, RawEntry, copy_value, is_mutable, values_differ
+
+__all__ = [
+    "CUDAGRAPH_SWITCHES",
+    "DYNAMO_CONFIG",
+    "GUARDED_CONFIG_MODULES",
+    "HIDDEN",
+    "INDUCTOR_CONFIG",
+    "UNSET",
+    "ConfigAccess",
+    "RawEntry",
+    "TorchNotInstalled",
+    "apply_cudagraph_settings",
+    "change_count",
+    "config_is_process_wide",
+    "copy_value",
+    "count_changes",
+    "creates_thread_state_lazily",
+    "cuda_visible",
+    "cudagraph_switches_here",
+    "ensure_cudagraph_tls",
+    "env_names",
+    "env_variables_read",
+    "import_config",
+    "import_cudagraph_trees",
+    "import_torch",
+    "is_mutable",
+    "is_torch_env_memo",
+    "loaded_config",
+    "loaded_guarded_configs",
+    "nearest_keys",
+    "release_cudagraph_tls",
+    "release_tuple",
+    "reset_compiled_state",
+    "run_after_import",
+    "settings_can_wait_for_import",
+    "skip_count",
+    "start_observing",
+    "start_thread_readiness",
+    "stop_counting",
+    "stop_observing",
+    "stop_thread_readiness",
+    "torch_loaded",
+    "torch_version",
+    "values_differ",
+    "versions",
+]

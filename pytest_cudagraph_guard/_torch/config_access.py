@@ -1,0 +1,242 @@
+"""Layout-independent access to torch's config modules (``torch/utils/_config_module.py``).
+
+Config layouts, by release:
+
+- ``plain`` (2.1-2.5): ``module._config[key]`` holds the value, ``module._default[key]``
+  the default;
+  ``del config.key`` removes the key from ``_config``.
+- ``entry`` (2.6-2.11): ``module._config[key]`` is a ``_ConfigEntry`` whose ``user_override`` is a
+  plain attribute, process-global.
+- ``ctxvar`` (2.12+): ``user_override`` is a ``ContextVar``, so overrides are per thread/context.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from types import ModuleType
+from typing import Any, Final
+
+from .runtime import import_torch
+from .values import HIDDEN, UNSET, RawEntry, copy_value, is_mutable, values_differ
+
+INDUCTOR_CONFIG: Final = "torch._inductor.config"
+DYNAMO_CONFIG: Final = "torch._dynamo.config"
+GUARDED_CONFIG_MODULES: Final = (INDUCTOR_CONFIG, DYNAMO_CONFIG)
+CUDAGRAPH_SWITCHES: Final = ("triton.cudagraphs", "triton.cudagraph_trees")
+
+
+class ConfigAccess:
+    """Layout-independent reads and writes of one torch config module's raw entries."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.name: str = module.__name__
+        self._config: dict[str, Any] = module.__dict__["_config"]
+        self.layout = _layout_of(module)
+        self._torch_unset: object = _torch_unset_sentinel(module, self.layout)
+        self._pristine_keys = tuple(self._config)
+        self._cudagraph_keys: list[str] | None = None
+        self._alias_keys = frozenset(
+            key for key, entry in self._config.items() if getattr(entry, "alias", None)
+        )
+
+    def keys(self) -> list[str]:
+        """Every key that holds its own value (aliases of other settings are left out)."""
+        if self.layout == "plain":
+            return list(self._pristine_keys)
+        return [k for k in self._config if k not in self._alias_keys]
+
+    def has_key(self, key: str) -> bool:
+        return key in self._config or key in self._pristine_keys
+
+    def all_keys(self) -> list[str]:
+        return sorted(set(self._config) | set(self._pristine_keys))
+
+    def raw(self, key: str) -> RawEntry:
+        if self.layout == "plain":
+            defaults: dict[str, Any] = self.module.__dict__.get("_default", {})
+            default = defaults.get(key)
+            if key not in self._config:
+                return RawEntry(UNSET, default, True)
+            value = self._config[key]
+            override = UNSET if value is default else value
+            return RawEntry(override, default, False)
+        entry = self._config[key]
+        override = self._read_override(entry)
+        return RawEntry(override, entry.default, bool(getattr(entry, "hide", False)))
+
+    def saved(self, key: str) -> RawEntry:
+        """``raw(key)`` with its mutable values copied, to put back later as it is now."""
+        raw = self.raw(key)
+        return RawEntry(copy_value(raw.override), copy_value(raw.default), raw.hidden)
+
+    def snapshot(self) -> dict[str, RawEntry]:
+        return {key: self.saved(key) for key in self.keys()}
+
+    def write(self, key: str, raw: RawEntry) -> None:
+        """Puts ``raw`` back under ``key``, bypassing the module's attribute protocol."""
+        value = copy_value(raw.override)
+        if self.layout == "plain":
+            if raw.hidden:
+                self._config.pop(key, None)
+            else:
+                self._config[key] = raw.default if value is UNSET else value
+            return
+        entry = self._config[key]
+        stored = self._torch_unset if value is UNSET else value
+        if self.layout == "ctxvar":
+            entry.user_override.set(stored)
+        else:
+            entry.user_override = stored
+        if values_differ(entry.default, raw.default):
+            entry.default = copy_value(raw.default)
+        if getattr(entry, "hide", raw.hidden) != raw.hidden:  # each write counts as a change
+            entry.hide = raw.hidden
+
+    def effective(self, key: str, raw: RawEntry | None = None) -> Any:
+        """The value a read of ``key`` gives, computed without a read's side effects."""
+        raw = raw if raw is not None else self.raw(key)
+        if raw.hidden:
+            return HIDDEN
+        if self.layout == "plain":
+            return raw.default if raw.override is UNSET else raw.override
+        entry = self._config[key]
+        forced = getattr(entry, "env_value_force", self._torch_unset)
+        if forced is not self._torch_unset:
+            return forced
+        if raw.override is not UNSET:
+            return raw.override
+        env_default = getattr(entry, "env_value_default", self._torch_unset)
+        if env_default is not self._torch_unset:
+            return env_default
+        return raw.default
+
+    def provenance(self, key: str) -> str | None:
+        """``env-force``/``env-default`` when an environment variable decides the value."""
+        if self.layout == "plain":
+            return None
+        entry = self._config[key]
+        if getattr(entry, "env_value_force", self._torch_unset) is not self._torch_unset:
+            return "env-force"
+        if self._read_override(entry) is not UNSET:
+            return "override"
+        if getattr(entry, "env_value_default", self._torch_unset) is not self._torch_unset:
+            return "env-default"
+        return None
+
+    def mark_dirty(self) -> None:
+        """Invalidates torch's hash and ``_get_dict`` caches after a raw write."""
+        namespace = self.module.__dict__
+        hash_dirty = namespace.get("_hash_dirty_var")
+        if isinstance(hash_dirty, ContextVar):
+            hash_dirty.set(True)
+        dict_dirty = namespace.get("_get_dict_dirty_keys_var")
+        if isinstance(dict_dirty, ContextVar):
+            dict_dirty.set(None)
+        if "_is_dirty" in namespace:
+            namespace["_is_dirty"] = True
+
+    def defaults_vector(self) -> list[Any]:
+        """Every default object, where their writes are not counted (2.1-2.5: a plain dict)."""
+        if self.layout == "plain":
+            return list(self.module.__dict__.get("_default", {}).values())
+        return []
+
+    def raw_reader(self, key: str) -> Callable[[], tuple[Any, Any]]:
+        """A cheap reader of ``key``'s (override, default) as torch stores them, for hot paths."""
+        if self.layout == "plain":
+            values, defaults = self._config, self.module.__dict__.get("_default", {})
+            return lambda: (values.get(key), defaults.get(key))
+        entry, unset = self._config[key], self._torch_unset
+        if self.layout == "ctxvar":
+            var = entry.user_override
+            return lambda: (UNSET if (value := var.get()) is unset else value, entry.default)
+        return lambda: (
+            UNSET if (value := entry.user_override) is unset else value,
+            entry.default,
+        )
+
+    def cudagraph_keys(self) -> list[str]:
+        """``triton.cudagraphs`` and every key whose name holds ``cudagraph``, nested ones too."""
+        if self._cudagraph_keys is None:
+            keys = {key for key in self.all_keys() if "cudagraph" in key}
+            keys |= {key for key in CUDAGRAPH_SWITCHES if self.has_key(key)}
+            self._cudagraph_keys = sorted(keys)
+        return self._cudagraph_keys
+
+    def mutable_keys(self, snapshot: dict[str, RawEntry]) -> list[str]:
+        return [
+            key
+            for key, raw in snapshot.items()
+            if (is_mutable(raw.override) and raw.override is not UNSET) or is_mutable(raw.default)
+        ]
+
+    def _read_override(self, entry: Any) -> Any:
+        value = entry.user_override.get() if self.layout == "ctxvar" else entry.user_override
+        return UNSET if value is self._torch_unset else value
+
+
+def _layout_of(module: ModuleType) -> str:
+    for entry in module.__dict__["_config"].values():
+        if not hasattr(entry, "user_override"):
+            return "plain"
+        return "ctxvar" if isinstance(entry.user_override, ContextVar) else "entry"
+    return "plain"
+
+
+def _torch_unset_sentinel(module: ModuleType, layout: str) -> object:
+    if layout == "plain":
+        return UNSET
+    entry = next(iter(module.__dict__["_config"].values()))
+    owner = importlib.import_module(type(entry).__module__)
+    return getattr(owner, "_UNSET_SENTINEL", UNSET)
+
+
+class _AccessCache:
+    """One ``ConfigAccess`` per config module object."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, ConfigAccess] = {}
+
+    def of(self, module: ModuleType) -> ConfigAccess:
+        cached = self.by_id.get(id(module))
+        if cached is None or cached.module is not module:
+            cached = ConfigAccess(module)
+            self.by_id[id(module)] = cached
+        return cached
+
+
+_ACCESSES: Final = _AccessCache()
+
+
+def access(module: ModuleType) -> ConfigAccess:
+    return _ACCESSES.of(module)
+
+
+def loaded_config(name: str) -> ConfigAccess | None:
+    """The config module ``name`` if the session has imported it; never imports it."""
+    module = sys.modules.get(name)
+    if module is None or "_config" not in module.__dict__:
+        return None
+    return access(module)
+
+
+def import_config(name: str) -> ConfigAccess:
+    import_torch()
+    return access(importlib.import_module(name))
+
+
+def loaded_guarded_configs() -> Iterator[ConfigAccess]:
+    for name in GUARDED_CONFIG_MODULES:
+        found = loaded_config(name)
+        if found is not None:
+            yield found
+
+
+def nearest_keys(wanted: str, keys: Iterable[str], count: int = 3) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(wanted, list(keys), n=count, cutoff=0.6)

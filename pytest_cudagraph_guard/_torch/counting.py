@@ -1,0 +1,123 @@
+"""Counting changes of config keys by swapping classes.
+
+Every ordinary change of a config key goes through the module's ``__setattr__``/``__delattr__``
+(plain assignment, SubConfigProxy, config.patch, mock.patch, monkeypatch, load_config). A
+subclass of the module's own class counts them, so a guard can tell "nothing changed" in O(1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any, Final
+
+from .patches import PATCHES, swap_class
+
+
+class _CountingState:
+    """The change count, the modules counting (with their own class and users), and the
+    counting subclass made for each entry class."""
+
+    __slots__ = ("changes", "entry_classes", "modules")
+
+    def __init__(self) -> None:
+        self.changes = 0
+        self.modules: dict[int, tuple[ModuleType, type, int]] = {}
+        self.entry_classes: dict[type, type] = {}
+
+
+_STATE: Final = _CountingState()
+
+
+def change_count() -> int:
+    return _STATE.changes
+
+
+def count_changes(module: ModuleType) -> None:
+    """Makes ``module`` count attribute writes; nested calls are reference-counted."""
+    key = id(module)
+    if key in _STATE.modules:
+        mod, original, users = _STATE.modules[key]
+        _STATE.modules[key] = (mod, original, users + 1)
+        return
+    original = type(module)
+    bypass: Iterable[str] = module.__dict__.get("_bypass_keys", ())
+    bypass_keys = frozenset(bypass)
+    state = _STATE
+
+    def __setattr__(self: ModuleType, name: str, value: object) -> None:
+        if name not in bypass_keys:
+            state.changes += 1
+        original.__setattr__(self, name, value)
+
+    def __delattr__(self: ModuleType, name: str) -> None:
+        if name not in bypass_keys:
+            state.changes += 1
+        original.__delattr__(self, name)
+
+    counting = type(
+        original.__name__,
+        (original,),
+        {
+            "__setattr__": __setattr__,
+            "__delattr__": __delattr__,
+            "__module__": original.__module__,
+            "__qualname__": original.__qualname__,
+        },
+    )
+    swap_class(PATCHES["counting.config_module_class"], module, counting, owner=module)
+    _STATE.modules[key] = (module, original, 1)
+    _count_entry_writes(module)
+
+
+def stop_counting(module: ModuleType) -> None:
+    key = id(module)
+    if key not in _STATE.modules:
+        return
+    mod, original, users = _STATE.modules[key]
+    if users > 1:
+        _STATE.modules[key] = (mod, original, users - 1)
+        return
+    del _STATE.modules[key]
+    swap_class(PATCHES["counting.config_module_class"], module, original, owner=module)
+    _stop_entry_writes(module)
+
+
+def _count_entry_writes(module: ModuleType) -> None:
+    """Entries (2.6+) count writes too: a replaced default or ``hide`` set by hand."""
+    classes = _STATE.entry_classes
+    for entry in module.__dict__["_config"].values():
+        cls = type(entry)
+        if not hasattr(cls, "__dataclass_fields__") or cls in classes.values():
+            continue
+        counting = classes.get(cls)
+        if counting is None:
+            counting = classes[cls] = _entry_class_counting(cls)
+        swap_class(PATCHES["counting.config_entry_class"], entry, counting, owner=cls)
+
+
+def _entry_class_counting(cls: type) -> type:
+    state = _STATE
+    parent_setattr: Any = cls.__setattr__
+
+    def __setattr__(self: object, name: str, value: object) -> None:
+        state.changes += 1
+        parent_setattr(self, name, value)
+
+    return type(
+        cls.__name__,
+        (cls,),
+        {
+            "__setattr__": __setattr__,
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+        },
+    )
+
+
+def _stop_entry_writes(module: ModuleType) -> None:
+    originals = {counting: cls for cls, counting in _STATE.entry_classes.items()}
+    for entry in module.__dict__["_config"].values():
+        original = originals.get(type(entry))
+        if original is not None:
+            swap_class(PATCHES["counting.config_entry_class"], entry, original, owner=original)

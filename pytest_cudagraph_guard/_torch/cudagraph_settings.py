@@ -1,0 +1,40 @@
+"""The two cudagraph switches of inductor's config: reading them, turning them on, and where
+(which threads) a setting holds on this torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config_access import CUDAGRAPH_SWITCHES, INDUCTOR_CONFIG, import_config, loaded_config
+from .runtime import release_tuple
+from .values import RawEntry
+
+
+def apply_cudagraph_settings(trees: bool) -> None:
+    """CUDA graphs on in the calling context (process-wide on torch <= 2.11, where the caller
+    restores them). Written beneath the module's attribute protocol, as a restore is, so that
+    the leak guard's change counter only counts what tests do."""
+    config = import_config(INDUCTOR_CONFIG)
+    for key, value in zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True):
+        config.write(key, RawEntry(value, config.raw(key).default, False))
+    config.mark_dirty()
+
+
+def cudagraph_switches_here() -> dict[str, Any]:
+    """``triton.cudagraphs`` and ``triton.cudagraph_trees`` as the calling context sees them."""
+    config = loaded_config(INDUCTOR_CONFIG)
+    if config is None:
+        return {}
+    return {key: config.effective(key) for key in CUDAGRAPH_SWITCHES if config.has_key(key)}
+
+
+def config_is_process_wide() -> bool:
+    """Whether config overrides are shared by every thread (torch <= 2.11)."""
+    return import_config(INDUCTOR_CONFIG).layout != "ctxvar"
+
+
+def settings_can_wait_for_import() -> bool:
+    """Whether cudagraph settings may be applied when inductor's config is first imported, in
+    whichever thread imports it: where config is process-wide (torch <= 2.11). From 2.12 a
+    setting belongs to the thread that makes it, so it must be made in the main thread."""
+    return (0, 0) < release_tuple() < (2, 12)

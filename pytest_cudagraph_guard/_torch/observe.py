@@ -1,0 +1,205 @@
+"""Observing what torch does with CUDA graphs: compiles, cudagraph wrapping, skips, recordings
+and replays.
+
+Wrappers around the functions that every compile and capture goes through, installed only while
+a report is wanted. Each calls back with plain values; the wrapped call is unchanged. Each module
+is wrapped when it is imported (or at once if it is already): observing never imports anything,
+so a report costs no start-up and changes no import order.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final
+
+from .config_access import CUDAGRAPH_SWITCHES
+from .cudagraph_settings import cudagraph_switches_here
+from .import_hooks import OnEachImport
+from .patches import PATCHES, Patches
+from .trees import CUDAGRAPH_TREES
+
+Observer = Callable[[str, dict[str, Any]], None]
+
+
+class _ObservationState:
+    """The observers, the wrappers installed for them and the modules wrapped so far, and what
+    the wrappers keep between calls."""
+
+    def __init__(self) -> None:
+        self.observers: list[Observer] = []
+        self.patches = Patches()
+        self.observed_names: set[str] = set()
+        self.in_manager_init = threading.local()
+        self.skipped_graphs: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+_STATE: Final = _ObservationState()
+
+
+def skip_count() -> int:
+    """torch's own count of cudagraph skips (``counters["inductor"]["cudagraph_skips"]``)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return 0
+    return int(utils.counters["inductor"]["cudagraph_skips"])
+
+
+def start_observing(observer: Observer) -> None:
+    """Calls ``observer(event, data)`` for compiles, cudagraph wrapping, skips, recordings and
+    replays, in the thread where they happen."""
+    _STATE.observers.append(observer)
+    if len(_STATE.observers) > 1:
+        return
+    for name in _OBSERVED_MODULES:
+        module = sys.modules.get(name)
+        if module is not None:
+            _patch_loaded(name, module)
+    sys.meta_path.insert(0, _FINDER)
+
+
+def stop_observing(observer: Observer) -> None:
+    if observer in _STATE.observers:
+        _STATE.observers.remove(observer)
+    if _STATE.observers:
+        return
+    if _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+    _STATE.observed_names.clear()
+    _STATE.patches.undo()
+
+
+def _emit(event: str, data: dict[str, Any]) -> None:
+    data["thread"] = threading.current_thread().name
+    for observer in list(_STATE.observers):
+        observer(event, data)
+
+
+def _options_of(config_patches: Any) -> dict[str, Any]:
+    if not isinstance(config_patches, dict):
+        return {}
+    return {str(k): v for k, v in config_patches.items() if isinstance(v, (bool, int, float, str))}
+
+
+def _observed_compile_fx(compile_fx: Any) -> Any:
+    @functools.wraps(compile_fx)
+    def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
+        options = _options_of(kwargs.get("config_patches"))
+        if options or not kwargs.get("inner_compile"):
+            _emit("compile", {"options": options, "settings": cudagraph_switches_here()})
+        return compile_fx(*args, **kwargs)
+
+    return compile_fx_observed
+
+
+def _observed_cudagraphify(cudagraphify: Any) -> Any:
+    @functools.wraps(cudagraphify)
+    def cudagraphify_observed(*args: Any, **kwargs: Any) -> Any:
+        _emit("cudagraphify", {"trees": cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])})
+        return cudagraphify(*args, **kwargs)
+
+    return cudagraphify_observed
+
+
+def _observed_graph_method(method: Any) -> Any:
+    """``CompiledFxGraph.__init__`` and ``post_compile`` (a graph loaded from the FX graph
+    cache) count cudagraph skips, some without logging them; the reason is on the graph."""
+    skipped = _STATE.skipped_graphs
+
+    @functools.wraps(method)
+    def method_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = skip_count()
+        result = method(self, *args, **kwargs)
+        if skip_count() > before and skipped.get(id(self)) is not self:
+            skipped[id(self)] = self  # torch may count one graph's skip twice
+            reason = getattr(self, "disabled_cudagraphs_reason", None) or "unknown"
+            if not str(reason).startswith("skipping cudagraphs"):
+                reason = f"skipping cudagraphs due to {reason}"
+            _emit("skip", {"reason": str(reason)})
+        return result
+
+    return method_observed
+
+
+def _observed_manager_init(init: Any) -> Any:
+    in_init = _STATE.in_manager_init
+
+    @functools.wraps(init)
+    def init_observed(*args: Any, **kwargs: Any) -> None:
+        in_init.active = True  # its empty pool-initialising capture is not a recording
+        try:
+            init(*args, **kwargs)
+        finally:
+            in_init.active = False
+
+    return init_observed
+
+
+def _observed_capture_end(capture_end: Any) -> Any:
+    in_init = _STATE.in_manager_init
+
+    @functools.wraps(capture_end)
+    def capture_end_observed(*args: Any, **kwargs: Any) -> Any:
+        result = capture_end(*args, **kwargs)
+        if not getattr(in_init, "active", False):
+            _emit("recorded", {})
+        return result
+
+    return capture_end_observed
+
+
+def _observed_replay(replay: Any) -> Any:
+    @functools.wraps(replay)
+    def replay_observed(*args: Any, **kwargs: Any) -> Any:
+        _emit("replay", {})
+        return replay(*args, **kwargs)
+
+    return replay_observed
+
+
+def _patch_compile_fx(module: ModuleType) -> None:
+    _STATE.patches.apply(PATCHES["observe.compile_fx"], module, _observed_compile_fx)
+    _STATE.patches.apply(PATCHES["observe.cudagraphify"], module, _observed_cudagraphify)
+
+
+def _patch_compiled_graph(module: ModuleType) -> None:
+    graph = getattr(module, "CompiledFxGraph", None)
+    if isinstance(graph, type) and "post_compile" in graph.__dict__:
+        _STATE.patches.apply(PATCHES["observe.graph_init"], graph, _observed_graph_method)
+        _STATE.patches.apply(PATCHES["observe.graph_post_compile"], graph, _observed_graph_method)
+
+
+def _patch_trees(module: ModuleType) -> None:
+    manager = module.CUDAGraphTreeManager
+    _STATE.patches.apply(PATCHES["observe.manager_init"], manager, _observed_manager_init)
+
+
+def _patch_graphs(module: ModuleType) -> None:
+    _STATE.patches.apply(PATCHES["observe.capture_end"], module.CUDAGraph, _observed_capture_end)
+    _STATE.patches.apply(PATCHES["observe.replay"], module.CUDAGraph, _observed_replay)
+
+
+_OBSERVED_MODULES: Final = {
+    "torch._inductor.compile_fx": _patch_compile_fx,
+    "torch._inductor.output_code": _patch_compiled_graph,
+    "torch._inductor.codecache": _patch_compiled_graph,
+    CUDAGRAPH_TREES: _patch_trees,
+    "torch.cuda.graphs": _patch_graphs,
+}
+
+
+def _patch_loaded(name: str, module: ModuleType) -> None:
+    if name not in _STATE.observed_names and _STATE.observers:
+        _STATE.observed_names.add(name)
+        _OBSERVED_MODULES[name](module)
+
+
+def _not_yet_observed(name: str) -> bool:
+    return name in _OBSERVED_MODULES and name not in _STATE.observed_names
+
+
+_FINDER: Final = OnEachImport(_not_yet_observed, _patch_loaded)

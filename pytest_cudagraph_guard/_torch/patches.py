@@ -1,0 +1,214 @@
+"""Every torch internal the plugin patches, wraps or swaps (``PATCHES``), and the only code that
+replaces them: each replacement names its row, so the table lists the whole surface touched."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple
+
+
+class PatchRow(NamedTuple):
+    """One torch attribute the plugin replaces."""
+
+    id: str  # stable: tests and docs refer to it
+    owner: str  # dotted path of the module or class; alternatives (by release) split by " | "
+    attribute: str
+    releases: str  # the torch releases where it is replaced
+    feature: str
+    why: str
+
+    def owners(self) -> tuple[str, ...]:
+        return tuple(part.strip() for part in self.owner.split("|"))
+
+
+_CONFIG_MODULES: Final = "torch._inductor.config | torch._dynamo.config"
+_MANAGER: Final = "torch._inductor.cudagraph_trees.CUDAGraphTreeManager"
+_GRAPH: Final = (
+    "torch._inductor.output_code.CompiledFxGraph | torch._inductor.codecache.CompiledFxGraph"
+)
+_CUDA_GRAPH: Final = "torch.cuda.graphs.CUDAGraph"
+_TLS_INIT: Final = 'cudagraph_thread(tls="init")'
+_LOCKED_WHY: Final = (
+    "held under one process-wide lock, as 2.13 takes graph_capture_lock: captures in several "
+    "threads must not overlap"
+)
+
+_ROWS: Final = (
+    PatchRow(
+        "counting.config_module_class",
+        _CONFIG_MODULES,
+        "__class__",
+        "2.1+",
+        "leak guard",
+        "a subclass of the module's own class counts every __setattr__/__delattr__, so the "
+        "guard tells 'nothing changed' without comparing snapshots",
+    ),
+    PatchRow(
+        "counting.config_entry_class",
+        "torch.utils._config_module._ConfigEntry",
+        "__class__",
+        "2.6+",
+        "leak guard",
+        "entries count their own writes too: a default replaced or hide set by hand",
+    ),
+    PatchRow(
+        "trees.get_obj",
+        "torch._inductor.cudagraph_trees",
+        "get_obj",
+        "2.1-2.12",
+        "cudagraph_thread, --cudagraph-settings",
+        "where a worker thread imports cudagraph_trees first, the main thread is given its "
+        "per-thread state when it first needs it, as 2.13's get_obj does",
+    ),
+    PatchRow(
+        "readiness.lock_manager_init", _MANAGER, "__init__", "2.1-2.12", _TLS_INIT, _LOCKED_WHY
+    ),
+    PatchRow("readiness.lock_run_eager", _MANAGER, "run_eager", "2.1-2.12", _TLS_INIT, _LOCKED_WHY),
+    PatchRow(
+        "readiness.lock_record_function",
+        _MANAGER,
+        "record_function",
+        "2.1-2.12",
+        _TLS_INIT,
+        _LOCKED_WHY,
+    ),
+    PatchRow(
+        "readiness.fx_tracing_check",
+        "torch.fx._symbolic_trace",
+        "is_fx_symbolic_tracing",
+        "2.1+",
+        _TLS_INIT,
+        "torch.fx's tracing flag is process-wide: while one thread traces, dynamo would reject "
+        "a compiled call in any other thread; the check is made true only inside this thread's "
+        "Tracer.trace",
+    ),
+    PatchRow(
+        "observe.compile_fx",
+        "torch._inductor.compile_fx",
+        "compile_fx",
+        "2.1+",
+        "--cudagraph-report",
+        "every inductor compile, with its options and the cudagraph switches it sees",
+    ),
+    PatchRow(
+        "observe.cudagraphify",
+        "torch._inductor.compile_fx",
+        "cudagraphify",
+        "2.1+",
+        "--cudagraph-report",
+        "every graph wrapped for CUDA graphs, with or without trees",
+    ),
+    PatchRow(
+        "observe.graph_init",
+        _GRAPH,
+        "__init__",
+        "where CompiledFxGraph defines post_compile",
+        "--cudagraph-report",
+        "cudagraph skips of a compiled graph and their reason, some never logged by torch",
+    ),
+    PatchRow(
+        "observe.graph_post_compile",
+        _GRAPH,
+        "post_compile",
+        "where CompiledFxGraph defines post_compile",
+        "--cudagraph-report",
+        "cudagraph skips of a graph loaded from the FX graph cache",
+    ),
+    PatchRow(
+        "observe.manager_init",
+        _MANAGER,
+        "__init__",
+        "2.1+",
+        "--cudagraph-report",
+        "the empty capture a tree manager makes to set up its pool is not counted as a recording",
+    ),
+    PatchRow(
+        "observe.capture_end",
+        _CUDA_GRAPH,
+        "capture_end",
+        "2.1+",
+        "--cudagraph-report",
+        "every CUDA graph recorded",
+    ),
+    PatchRow(
+        "observe.replay",
+        _CUDA_GRAPH,
+        "replay",
+        "2.1+",
+        "--cudagraph-report",
+        "every CUDA graph replayed",
+    ),
+)
+
+PATCHES: Final[Mapping[str, PatchRow]] = MappingProxyType({row.id: row for row in _ROWS})
+
+
+def owner_path(owner: object) -> str:
+    """A module's or class's dotted path, as rows name owners."""
+    if isinstance(owner, type):
+        return f"{owner.__module__}.{owner.__qualname__}"
+    return str(getattr(owner, "__name__", type(owner).__name__))
+
+
+class _AppliedLog:
+    """The rows applied in this process, each with the owners it was applied to."""
+
+    def __init__(self) -> None:
+        self.owners: dict[str, set[str]] = {}
+
+    def note(self, row: PatchRow, owner: object) -> None:
+        self.owners.setdefault(row.id, set()).add(owner_path(owner))
+
+
+_APPLIED: Final = _AppliedLog()
+
+
+def applied_rows() -> dict[str, frozenset[str]]:
+    """``{row id: owner paths}`` for every row applied in this process so far."""
+    return {row_id: frozenset(owners) for row_id, owners in _APPLIED.owners.items()}
+
+
+class Patches:
+    """Attributes of torch replaced for a while, put back unless someone replaced them since."""
+
+    def __init__(self) -> None:
+        self._applied: list[tuple[object, str, Any, Any]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._applied)
+
+    def apply(self, row: PatchRow, owner: object, wrap: Callable[[Any], Any]) -> None:
+        """Replaces ``owner``'s ``row.attribute`` with ``wrap(original)``, where it is callable."""
+        name = row.attribute
+        original = _attribute(owner, name)
+        if original is None or not callable(original):
+            return
+        replacement = wrap(original)
+        self._applied.append((owner, name, original, replacement))
+        setattr(owner, name, replacement)
+        _APPLIED.note(row, owner)
+
+    def undo(self) -> None:
+        while self._applied:
+            owner, name, original, replacement = self._applied.pop()
+            if _attribute(owner, name) is replacement:
+                setattr(owner, name, original)
+
+
+def replace_for_good(row: PatchRow, module: object, wrap: Callable[[Any], Any]) -> None:
+    """Replaces a module's ``row.attribute`` with ``wrap(original)`` for the process."""
+    original = getattr(module, row.attribute)
+    module.__dict__[row.attribute] = wrap(original)
+    _APPLIED.note(row, module)
+
+
+def swap_class(row: PatchRow, obj: object, cls: type, *, owner: object) -> None:
+    """Gives ``obj`` the class ``cls``: a counting subclass of its own, or its original back."""
+    object.__setattr__(obj, row.attribute, cls)
+    _APPLIED.note(row, owner)
+
+
+def _attribute(owner: object, name: str) -> Any:
+    """A class's own attribute (not an inherited one), or a module's."""
+    return owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)

@@ -1,0 +1,93 @@
+"""What ``tls="init"`` adds to torch for the duration of a run, reference-counted.
+
+On torch < 2.13: one process-wide lock around tree-manager creation, warm-up and capture, where
+2.13 takes ``graph_capture_lock``. On every release: dynamo's "FX-traces a compiled function"
+check made per thread. That check reads ``torch.fx``'s tracing flag, which is process-wide: while
+one thread traces (AOT autograd, during its compile), a compiled call in any other thread raises
+"Detected that you are using FX to symbolically trace a dynamo-optimized function". Functions
+that ``torch.compile`` wrapped before the run keep the check they captured then.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import sys
+import threading
+from typing import Any, Final
+
+from .patches import PATCHES, Patches
+from .trees import import_cudagraph_trees, serializes_captures
+
+_SERIALIZED: Final = (
+    PATCHES["readiness.lock_manager_init"],
+    PATCHES["readiness.lock_run_eager"],
+    PATCHES["readiness.lock_record_function"],
+)
+
+
+class _ReadinessState:
+    """The runs that use it, the patches they share, and the capture lock."""
+
+    def __init__(self) -> None:
+        self.users = 0
+        self.patches = Patches()
+        self.capture_lock = threading.RLock()
+
+
+_STATE: Final = _ReadinessState()
+
+
+def start_thread_readiness() -> None:
+    """Applies what ``tls="init"`` adds to torch; a no-op for nested users."""
+    trees = import_cudagraph_trees()
+    _STATE.users += 1
+    if _STATE.users > 1:
+        return
+    if not serializes_captures(trees):
+        for row in _SERIALIZED:
+            _STATE.patches.apply(row, trees.CUDAGraphTreeManager, _locked)
+    tracing = importlib.import_module("torch.fx._symbolic_trace")
+    trace_code = inspect.unwrap(tracing.Tracer.trace).__code__
+    _STATE.patches.apply(
+        PATCHES["readiness.fx_tracing_check"],
+        tracing,
+        lambda check: _per_thread(check, trace_code),
+    )
+
+
+def stop_thread_readiness() -> None:
+    if _STATE.users == 0:
+        return
+    _STATE.users -= 1
+    if _STATE.users == 0:
+        _STATE.patches.undo()
+
+
+def _locked(method: Any) -> Any:
+    lock = _STATE.capture_lock
+
+    @functools.wraps(method)
+    def serialized(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return method(*args, **kwargs)
+
+    return serialized
+
+
+def _per_thread(is_fx_symbolic_tracing: Any, trace_code: Any) -> Any:
+    """The check, true only where the calling thread itself is inside ``Tracer.trace``."""
+
+    @functools.wraps(is_fx_symbolic_tracing)
+    def in_this_thread() -> bool:
+        if not is_fx_symbolic_tracing():
+            return False
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is trace_code:
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
+
+    return in_this_thread

@@ -1,0 +1,95 @@
+"""Whether and which torch is there: its import, release, CUDA and the versions a report shows."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+from typing import Any
+
+
+class TorchNotInstalled(ImportError):
+    """Raised when a feature needs torch and it cannot be imported."""
+
+
+def torch_loaded() -> bool:
+    """Whether the test session has imported torch already (no import is attempted)."""
+    return sys.modules.get("torch") is not None
+
+
+def import_torch() -> ModuleType:
+    try:
+        import torch
+    except ImportError as exc:
+        raise TorchNotInstalled("torch is not installed") from exc
+    return torch
+
+
+def torch_version() -> str | None:
+    torch = sys.modules.get("torch")
+    return None if torch is None else str(getattr(torch, "__version__", "unknown"))
+
+
+def release_tuple(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of the installed torch, from ``torch.__version__``."""
+    text = version if version is not None else torch_version()
+    if not text:
+        return (0, 0)
+    parts = text.split("+")[0].split(".")
+    try:
+        return (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def cuda_visible() -> bool:
+    """Whether a CUDA device is visible; asks NVML first where torch can."""
+    torch = import_torch()
+    if not torch.cuda._is_compiled():
+        return False
+    return bool(torch.cuda.device_count() > 0)
+
+
+def cuda_version() -> str | None:
+    torch = sys.modules.get("torch")
+    return None if torch is None else getattr(torch.version, "cuda", None)
+
+
+def versions() -> dict[str, Any]:
+    """torch, triton, CUDA, driver and Python versions, and the GPUs (CUDA is initialised)."""
+    import platform
+
+    torch = import_torch()
+    triton = _try_import("triton")
+    found: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),
+        "triton": getattr(triton, "__version__", None) if triton else None,
+        "cuda": cuda_version(),
+        "driver": None,
+        "gpus": [],
+    }
+    if cuda_visible():
+        found["gpus"] = [
+            torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())
+        ]
+        found["driver"] = _driver_version()
+    return found
+
+
+def _try_import(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:
+        return None

@@ -1,0 +1,132 @@
+"""CUDAGraph Trees per-thread state: creating, releasing and resetting it, on every release.
+
+torch 2.13 (pytorch PR #184357) creates the per-thread state lazily in ``get_obj`` and takes a
+module-level ``graph_capture_lock`` around tree-manager creation, warm-up and capture. Before
+2.13 only the thread that imported ``cudagraph_trees`` (and autograd's threads, which copy it)
+had the state, and captures in several threads could overlap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from types import ModuleType
+from typing import Any, Final
+
+from .patches import PATCHES, replace_for_good
+from .runtime import import_torch
+
+CUDAGRAPH_TREES: Final = "torch._inductor.cudagraph_trees"
+TLS_KEYS: Final = ("tree_manager_containers", "tree_manager_locks")
+
+# Releases take turns: see ``release_cudagraph_tls``.
+_RELEASES: Final = threading.Lock()
+
+
+def has_cudagraph_tls() -> bool:
+    """Whether the calling thread has CUDAGraph Trees state (never creates it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch._C._is_key_in_tls(TLS_KEYS[0]))
+
+
+def reset_cudagraph_trees_here() -> None:
+    """Resets the calling thread's cudagraph trees, where this thread has any."""
+    trees = sys.modules.get(CUDAGRAPH_TREES)
+    if trees is not None and has_cudagraph_tls():
+        trees.reset_cudagraph_trees()
+
+
+def reset_compiled_state() -> None:
+    """``torch._dynamo.reset()`` and the calling thread's cudagraph trees."""
+    import_torch()
+    importlib.import_module("torch._dynamo").reset()
+    reset_cudagraph_trees_here()
+
+
+def import_cudagraph_trees() -> ModuleType:
+    """``torch._inductor.cudagraph_trees``. Its module-level code gives the importing thread the
+    per-thread state; where that is not the main thread and this torch is older than 2.13, the
+    main thread is given its state the first time it needs it, as 2.13 would."""
+    import_torch()
+    first_import = CUDAGRAPH_TREES not in sys.modules
+    trees = importlib.import_module(CUDAGRAPH_TREES)
+    in_worker = threading.current_thread() is not threading.main_thread()
+    if first_import and in_worker and not creates_thread_state_lazily(trees):
+        replace_for_good(PATCHES["trees.get_obj"], trees, _creating_main_thread_state)
+    return trees
+
+
+def _creating_main_thread_state(original_get_obj: Any) -> Any:
+    main = threading.main_thread()
+    tls = sys.modules["torch"]._C
+
+    def get_obj(local: Any, attr_name: str) -> Any:
+        if (
+            threading.current_thread() is main
+            and not hasattr(local, attr_name)
+            and not tls._is_key_in_tls(attr_name)
+        ):
+            ensure_cudagraph_tls()
+        return original_get_obj(local, attr_name)
+
+    get_obj.__wrapped__ = original_get_obj  # type: ignore[attr-defined]
+    return get_obj
+
+
+def creates_thread_state_lazily(trees: ModuleType) -> bool:
+    """Whether this torch's ``get_obj`` creates missing thread state (2.13+)."""
+    return hasattr(trees, "_initialize_tls")
+
+
+def serializes_captures(trees: ModuleType) -> bool:
+    """Whether this torch takes ``graph_capture_lock`` around warm-up and capture (2.13+)."""
+    return hasattr(trees, "graph_capture_lock")
+
+
+def ensure_cudagraph_tls() -> bool:
+    """Makes CUDAGraph Trees usable in the calling thread; True if state had to be created.
+
+    The same as torch 2.13's ``_initialize_tls``: a dict of tree managers and a dict of locks,
+    kept on the module's ``threading.local`` and stashed in torch's C++ thread-local objects so
+    that autograd's threads receive them. State that autograd propagated is never replaced.
+    """
+    trees = import_cudagraph_trees()
+    stash = sys.modules["torch"]._C
+    local = trees.local
+    created = False
+    if not (hasattr(local, TLS_KEYS[0]) and hasattr(local, TLS_KEYS[1])):
+        if all(stash._is_key_in_tls(key) for key in TLS_KEYS):
+            return False
+        from collections import defaultdict
+
+        local.tree_manager_containers = {}
+        local.tree_manager_locks = defaultdict(threading.Lock)
+        created = True
+    for key in TLS_KEYS:
+        if not stash._is_key_in_tls(key):
+            stash._stash_obj_in_tls(key, getattr(local, key))
+    return created
+
+
+def release_cudagraph_tls() -> None:
+    """Frees the calling thread's tree managers (and, on 2.13+, its stashed state).
+
+    ``reset_cudagraph_trees`` ends by turning torch's process-wide cached-tensor switch off, as
+    if no tree manager were left, and the shutdown of another thread's manager then fails its
+    internal assert; so releases take turns and leave the switch on for the managers of other
+    threads.
+    """
+    trees = sys.modules.get(CUDAGRAPH_TREES)
+    if trees is None or not has_cudagraph_tls():
+        return
+    with _RELEASES:
+        trees._set_cached_tensors_enabled(True)
+        try:
+            trees.reset_cudagraph_trees()
+        finally:
+            trees._set_cached_tensors_enabled(True)
+    remove = getattr(sys.modules["torch"]._C, "_remove_obj_from_tls", None)
+    if remove is not None:
+        for key in TLS_KEYS:
+            remove(key)
