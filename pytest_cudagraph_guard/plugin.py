@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import _torch, hookspecs
+from .core import plugin_names
 from .core.diagnosis import hook_diagnoser
 from .core.markers import (
     SUBPROCESS_MARKER,
@@ -24,24 +25,17 @@ from .core.markers import (
     subprocess_options,
     thread_options,
 )
-from .core.outcomes import is_skip_or_xfail, phase_outcome
-from .core.records import USER_PROPERTY, ErrorEntry
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
+from .report.formats import FORMAT_HELP, requested_formats
 
 if TYPE_CHECKING:
     from .processes import SubprocessRunner
-    from .report import Reporter, ReportFormat
-
-REPORT_FORMAT_HELP = "term, term-all, json:PATH or md:PATH"
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 
 leak_guard_key = pytest.StashKey[LeakGuard]()
-thread_watch_key = pytest.StashKey[Any]()
-foreign_errors_key = pytest.StashKey[list[ErrorEntry]]()
 thread_options_key = pytest.StashKey[ThreadOptions]()
-reporter_key = pytest.StashKey["Reporter"]()
 subprocess_runner_key = pytest.StashKey["SubprocessRunner"]()
 # Set by the test process's own plugin: this session runs one marked test inside its process.
 subprocess_child_key = pytest.StashKey[dict[str, Any]]()
@@ -80,14 +74,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FORMAT",
         help=(
             "report, per test, the effective cudagraph settings with their source, the CUDA-graph "
-            f"work that happened and every thread/TLS error; FORMAT is {REPORT_FORMAT_HELP} "
+            f"work that happened and every thread/TLS error; FORMAT is {FORMAT_HELP} "
             "(default term); repeatable"
         ),
     )
     parser.addini(
         "cudagraph_report",
         type="args",
-        help=f"report formats when --cudagraph-report is not given: {REPORT_FORMAT_HELP}",
+        help=f"report formats when --cudagraph-report is not given: {FORMAT_HELP}",
         default=[],
     )
     group.addoption(
@@ -120,20 +114,16 @@ def pytest_configure(config: pytest.Config) -> None:
         guard = LeakGuard(mode)
         config.stash[leak_guard_key] = guard
         config.add_cleanup(guard.close)
-    formats = _report_formats(config)
+    formats = requested_formats(config)
     if formats:
-        from .report import Reporter, ReportWriter
+        from .report.plugin import ReportPlugin
+        from .report.writer import ReportWriter
 
-        reporter = Reporter(config, formats)
-        config.stash[reporter_key] = reporter
-        config.add_cleanup(reporter.close)
+        report = ReportPlugin(config, formats)
+        report.start()
+        config.pluginmanager.register(report, plugin_names.REPORT)
         if not _is_xdist_worker(config) and not _is_subprocess_child(config):
-            config.pluginmanager.register(ReportWriter(formats), "cudagraph_guard.report")
-    from .thread_watch import ThreadExceptionWatch
-
-    watch = ThreadExceptionWatch(hook_diagnoser(config))
-    watch.install(config)
-    config.stash[thread_watch_key] = watch
+            config.pluginmanager.register(ReportWriter(formats), plugin_names.REPORT_WRITER)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -172,7 +162,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None  # setup fails the test with the message
     from .subprocess_runner import run_protocol
 
-    reporting = reporter_key in item.config.stash
+    reporting = item.config.pluginmanager.has_plugin(plugin_names.REPORT)
     runner = _subprocess_runner(item.config)
     set_up_next = nextitem is not None and _plugin_marks(nextitem)[1] is not None
     run_protocol(item, nextitem, options, runner, reporting=reporting, set_up_next=set_up_next)
@@ -181,9 +171,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    reporter = item.config.stash.get(reporter_key, None)
-    if reporter is not None:
-        reporter.test_started(item)
     thread_mark, process_mark = _plugin_marks(item)
     if thread_mark is None and process_mark is None:
         return
@@ -215,13 +202,6 @@ def pytest_fixture_setup(
         return (yield)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
-    reporter = item.config.stash.get(reporter_key, None)
-    if reporter is not None:
-        reporter.call_started(item)
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
     options = pyfuncitem.stash.get(thread_options_key, None)
@@ -229,8 +209,10 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]
         return (yield)
     from .threads import call_in_threads
 
-    reporter = pyfuncitem.config.stash.get(reporter_key, None)
-    keys = reporter.extra_keys() if reporter is not None else None
+    report: plugin_names.ReportsSettings | None = pyfuncitem.config.pluginmanager.get_plugin(
+        plugin_names.REPORT
+    )
+    keys = report.extra_keys() if report is not None else None
     with call_in_threads(pyfuncitem, options, hook_diagnoser(pyfuncitem.config), keys):
         return (yield)
 
@@ -247,33 +229,6 @@ def pytest_runtest_teardown(
         raise
     _after_test(item, guard, may_fail=True)
     return result
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    reporter = item.config.stash.get(reporter_key, None)
-    if reporter is None:
-        return (yield)
-    if call.when == "teardown":  # the record rides on the teardown report, so it is built first
-        failed = call.excinfo is not None and not is_skip_or_xfail(call.excinfo.value)
-        reporter.phase_done(item, call, "failed" if failed else "passed")
-        _attach_record(item, reporter)
-    report = yield
-    if call.when != "teardown":
-        reporter.phase_done(item, call, phase_outcome(report))
-    return report
-
-
-def _attach_record(item: pytest.Item, reporter: Reporter) -> None:
-    from .threads import run_result_key
-
-    record = reporter.record_for(
-        item, item.stash.get(run_result_key, None), item.stash.get(foreign_errors_key, [])
-    )
-    if record is not None:
-        item.user_properties.append((USER_PROPERTY, record))
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
@@ -316,25 +271,7 @@ def _prestart_test_processes(module: pytest.Module) -> None:
         _subprocess_runner(module.config).prestart(dict(os.environ))
 
 
-def _report_formats(config: pytest.Config) -> list[ReportFormat]:
-    values = [str(v) for v in config.getoption("cudagraph_report") or []]
-    origin = "--cudagraph-report"
-    if not values:
-        values = [str(v) for v in config.getini("cudagraph_report")]
-        origin = "ini option cudagraph_report"
-    if not values:
-        return []
-    from .report import parse_formats
-
-    return parse_formats(values, origin)
-
-
 def _after_test(item: pytest.Item, guard: LeakGuard | None, *, may_fail: bool) -> None:
-    watch = item.config.stash.get(thread_watch_key, None)
-    if watch is not None:
-        errors = watch.drain()
-        if errors:
-            item.stash[foreign_errors_key] = errors
     if guard is not None:
         guard.after_test(item, may_fail=may_fail)
 

@@ -18,3 +18,10 @@ class TakesInChanges(Protocol):
     session's own (as a shared fixture's), not a test's leak."""
 
     def take_in(self, change: Callable[[], None]) -> None: ...
+
+
+class ReportsSettings(Protocol):
+    """The report, as the threads feature uses it: the extra settings keys it shows, which the
+    marker's first thread reads where the test's body runs."""
+
+    def extra_keys(self) -> list[str]: ...
