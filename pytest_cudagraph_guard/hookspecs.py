@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
     from .core.diagnosis import Diagnosis
+    from .core.records import TestRecord
 
 
 @pytest.hookspec(firstresult=True)
@@ -27,5 +28,5 @@ def pytest_cudagraph_report_keys(config: pytest.Config) -> list[str]:
 
 
 @pytest.hookspec
-def pytest_cudagraph_record(item: pytest.Item, record: dict[str, Any]) -> None:
+def pytest_cudagraph_record(item: pytest.Item, record: TestRecord) -> None:
     """Called once per reported test with its finished record (builtin types only)."""

@@ -13,7 +13,6 @@ import pytest
 
 from . import _torch, hookspecs
 from .core import plugin_names
-from .core.diagnosis import hook_diagnoser
 from .core.markers import (
     MAIN_THREAD_MARKER_DOC,
     SUBPROCESS_MARKER,
@@ -27,24 +26,18 @@ from .core.markers import (
     thread_options,
 )
 from .core.options import add_options, suite_options
-from .core.outcomes import is_skip_or_xfail, phase_outcome
-from .core.records import USER_PROPERTY, ErrorEntry
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
+from .report.formats import FORMAT_HELP, requested_formats
 from .suite import SuitePlugin
 from .threads.plugin import ThreadsPlugin
 
 if TYPE_CHECKING:
     from .processes import SubprocessRunner
-    from .report import Reporter, ReportFormat
 
-REPORT_FORMAT_HELP = "term, term-all, json:PATH or md:PATH"
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 
-thread_watch_key = pytest.StashKey[Any]()
-foreign_errors_key = pytest.StashKey[list[ErrorEntry]]()
-reporter_key = pytest.StashKey["Reporter"]()
 subprocess_runner_key = pytest.StashKey["SubprocessRunner"]()
 # Set by the test process's own plugin: this session runs one marked test inside its process.
 subprocess_child_key = pytest.StashKey[dict[str, Any]]()
@@ -82,14 +75,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FORMAT",
         help=(
             "report, per test, the effective cudagraph settings with their source, the CUDA-graph "
-            f"work that happened and every thread/TLS error; FORMAT is {REPORT_FORMAT_HELP} "
+            f"work that happened and every thread/TLS error; FORMAT is {FORMAT_HELP} "
             "(default term); repeatable"
         ),
     )
     parser.addini(
         "cudagraph_report",
         type="args",
-        help=f"report formats when --cudagraph-report is not given: {REPORT_FORMAT_HELP}",
+        help=f"report formats when --cudagraph-report is not given: {FORMAT_HELP}",
         default=[],
     )
     add_options(parser, group)
@@ -128,21 +121,16 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(guard, plugin_names.LEAK_GUARD)
         config.add_cleanup(guard.close)
     config.pluginmanager.register(ThreadsPlugin(), plugin_names.THREADS)
-    formats = _report_formats(config)
+    formats = requested_formats(config)
     if formats:
-        from .report import Reporter, ReportWriter
+        from .report.plugin import ReportPlugin
+        from .report.writer import ReportWriter
 
-        reporter = Reporter(config, formats)
-        config.stash[reporter_key] = reporter
-        config.pluginmanager.register(reporter, plugin_names.REPORT)
-        config.add_cleanup(reporter.close)
+        report = ReportPlugin(config, formats)
+        report.start()
+        config.pluginmanager.register(report, plugin_names.REPORT)
         if not _is_xdist_worker(config) and not _is_subprocess_child(config):
             config.pluginmanager.register(ReportWriter(formats), plugin_names.REPORT_WRITER)
-    from .thread_watch import ThreadExceptionWatch
-
-    watch = ThreadExceptionWatch(hook_diagnoser(config))
-    watch.install(config)
-    config.stash[thread_watch_key] = watch
 
 
 @pytest.hookimpl(wrapper=True)
@@ -175,7 +163,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None  # setup fails the test with the message
     from .subprocess_runner import run_protocol
 
-    reporting = reporter_key in item.config.stash
+    reporting = item.config.pluginmanager.has_plugin(plugin_names.REPORT)
     runner = _subprocess_runner(item.config)
     set_up_next = nextitem is not None and plugin_marks(nextitem)[1] is not None
     run_protocol(item, nextitem, options, runner, reporting=reporting, set_up_next=set_up_next)
@@ -184,9 +172,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    reporter = item.config.stash.get(reporter_key, None)
-    if reporter is not None:
-        reporter.test_started(item)
     thread_mark, process_mark = plugin_marks(item)
     if thread_mark is None and process_mark is None:
         return
@@ -203,50 +188,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     require_cuda = any(o.require_cuda for o in (thread, process) if o is not None)
     if require_cuda and not _torch.cuda_visible():
         pytest.skip("CUDA is not available")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
-    reporter = item.config.stash.get(reporter_key, None)
-    if reporter is not None:
-        reporter.call_started(item)
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_teardown(
-    item: pytest.Item, nextitem: pytest.Item | None
-) -> Generator[None, None, None]:
-    try:
-        return (yield)
-    finally:
-        _drain_thread_errors(item)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    reporter = item.config.stash.get(reporter_key, None)
-    if reporter is None:
-        return (yield)
-    if call.when == "teardown":  # the record rides on the teardown report, so it is built first
-        failed = call.excinfo is not None and not is_skip_or_xfail(call.excinfo.value)
-        reporter.phase_done(item, call, "failed" if failed else "passed")
-        _attach_record(item, reporter)
-    report = yield
-    if call.when != "teardown":
-        reporter.phase_done(item, call, phase_outcome(report))
-    return report
-
-
-def _attach_record(item: pytest.Item, reporter: Reporter) -> None:
-    from .threads.run import run_result_key
-
-    record = reporter.record_for(
-        item, item.stash.get(run_result_key, None), item.stash.get(foreign_errors_key, [])
-    )
-    if record is not None:
-        item.user_properties.append((USER_PROPERTY, record))
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
@@ -277,27 +218,6 @@ def _prestart_test_processes(module: pytest.Module) -> None:
         return
     if named:
         _subprocess_runner(module.config).prestart(dict(os.environ))
-
-
-def _report_formats(config: pytest.Config) -> list[ReportFormat]:
-    values = [str(v) for v in config.getoption("cudagraph_report") or []]
-    origin = "--cudagraph-report"
-    if not values:
-        values = [str(v) for v in config.getini("cudagraph_report")]
-        origin = "ini option cudagraph_report"
-    if not values:
-        return []
-    from .report import parse_formats
-
-    return parse_formats(values, origin)
-
-
-def _drain_thread_errors(item: pytest.Item) -> None:
-    watch = item.config.stash.get(thread_watch_key, None)
-    if watch is not None:
-        errors = watch.drain()
-        if errors:
-            item.stash[foreign_errors_key] = errors
 
 
 def _guard_mode(config: pytest.Config) -> str:

@@ -221,16 +221,9 @@ def test_errors_of_the_tests_own_threads_are_recorded_and_pytest_still_warns(
 ) -> None:
     ourtester.makeconftest(
         """
-        import pytest
-        from pytest_cudagraph_guard.plugin import foreign_errors_key
-
-        @pytest.hookimpl(wrapper=True)
-        def pytest_runtest_makereport(item, call):
-            report = yield
-            if call.when == "teardown":
-                for error in item.stash.get(foreign_errors_key, []):
-                    print("RECORDED", error["thread"], error["type"], error["kind"])
-            return report
+        def pytest_cudagraph_record(item, record):
+            for error in record["errors"]:
+                print("RECORDED", error["thread"], error["type"], error["kind"])
         """
     )
     ourtester.makepyfile(
@@ -248,7 +241,7 @@ def test_errors_of_the_tests_own_threads_are_recorded_and_pytest_still_warns(
             thread.join()
         """
     )
-    result = ourtester.runpytest("-s")
+    result = ourtester.runpytest("-s", "--cudagraph-report=json:report.json")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(
         [

@@ -21,7 +21,8 @@ class TakesInChanges(Protocol):
     def take_in(self, change: Callable[[], None]) -> None: ...
 
 
-class ReadsSettings(Protocol):
-    """The report, as the thread marker uses it: the extra config keys whose settings it shows."""
+class ReportsSettings(Protocol):
+    """The report, as the threads feature uses it: the extra settings keys it shows, which the
+    marker's first thread reads where the test's body runs."""
 
     def extra_keys(self) -> list[str]: ...

@@ -23,6 +23,8 @@ class ErrorEntry(TypedDict):
 
 
 class SettingEntry(TypedDict):
+    """A setting's effective value (builtin types) and where it comes from."""
+
     value: Any
     source: str
 
@@ -71,6 +73,37 @@ class TestRecord(TypedDict):
     errors: list[ErrorEntry]
 
 
+class Environment(TypedDict):
+    """The versions and GPUs the session ran with (None: not installed or not known)."""
+
+    python: str
+    torch: str | None
+    triton: str | None
+    cuda: str | None
+    driver: str | None
+    gpus: list[str]
+
+
+class ReportSummary(TypedDict):
+    """The session's totals over its reported tests."""
+
+    tests: int
+    outcomes: dict[str, int]
+    errors_by_kind: dict[str, int]
+    recorded: int
+    replays: int
+    skips: int
+
+
+class ReportDocument(TypedDict):
+    """The whole report, as the JSON file holds it."""
+
+    schema: str
+    environment: Environment
+    tests: list[TestRecord]
+    summary: ReportSummary
+
+
 def error_entry(
     thread: str,
     type_name: str,
@@ -88,6 +121,10 @@ def error_entry(
         "hint": hint,
         "traceback": traceback,
     }
+
+
+def setting_entry(value: Any, source: str) -> SettingEntry:
+    return {"value": value, "source": source}
 
 
 def activity_record(
@@ -142,3 +179,47 @@ def new_test_record(
         "activity": activity,
         "errors": errors,
     }
+
+
+def environment_record(
+    *,
+    python: str,
+    torch: str | None,
+    triton: str | None,
+    cuda: str | None,
+    driver: str | None,
+    gpus: list[str],
+) -> Environment:
+    return {
+        "python": python,
+        "torch": torch,
+        "triton": triton,
+        "cuda": cuda,
+        "driver": driver,
+        "gpus": gpus,
+    }
+
+
+def report_summary(
+    *,
+    tests: int,
+    outcomes: dict[str, int],
+    errors_by_kind: dict[str, int],
+    recorded: int,
+    replays: int,
+    skips: int,
+) -> ReportSummary:
+    return {
+        "tests": tests,
+        "outcomes": outcomes,
+        "errors_by_kind": errors_by_kind,
+        "recorded": recorded,
+        "replays": replays,
+        "skips": skips,
+    }
+
+
+def report_document(
+    *, schema: str, environment: Environment, tests: list[TestRecord], summary: ReportSummary
+) -> ReportDocument:
+    return {"schema": schema, "environment": environment, "tests": tests, "summary": summary}

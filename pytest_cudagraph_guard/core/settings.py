@@ -8,6 +8,7 @@ from typing import Any, Final, NamedTuple
 
 from .. import _torch
 from .._torch import HIDDEN, UNSET
+from .records import SettingEntry, setting_entry
 
 ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
 # Besides the config modules, the modules whose source names the variables torch reads.
@@ -80,8 +81,8 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def settings_record(settings: dict[str, Setting]) -> dict[str, dict[str, Any]]:
-    return {k: {"value": jsonable(s.value), "source": s.source} for k, s in settings.items()}
+def settings_record(settings: dict[str, Setting]) -> dict[str, SettingEntry]:
+    return {k: setting_entry(jsonable(s.value), s.source) for k, s in settings.items()}
 
 
 def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -49,7 +49,7 @@ def _run_arguments(
     """The marker's options, the session's diagnose hook, and the settings keys the report
     wants read in the threads (None without a report)."""
     config = item.config
-    reporter: plugin_names.ReadsSettings | None = config.pluginmanager.get_plugin(
+    reporter: plugin_names.ReportsSettings | None = config.pluginmanager.get_plugin(
         plugin_names.REPORT
     )
     keys = reporter.extra_keys() if reporter is not None else None

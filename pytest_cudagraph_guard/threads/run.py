@@ -18,26 +18,13 @@ import pytest
 from .. import _torch
 from ..core import config_state
 from ..core.diagnosis import THREAD_ERROR, TIMEOUT, DiagnoseHook, error_record, timeout_hint
+from ..core.facts import ThreadRunFacts, thread_run_key
 from ..core.markers import THREAD_MARKER, ThreadOptions
-from ..core.records import ErrorEntry, error_entry
+from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import cudagraph_switches
 
 THREAD_NAME = "cudagraph-thread-{index}"
 RELEASE_GRACE_S = 30.0
-
-
-class ThreadRunResult:
-    """What one marked call did, for the report: where it ran and each thread's error."""
-
-    def __init__(self, options: ThreadOptions, settings_keys: list[str] | None) -> None:
-        self.where = f"thread x {options.threads}"
-        self.switches = cudagraph_switches(options.trees)
-        self.errors: list[ErrorEntry] = []
-        self.settings: dict[str, Any] | None = None
-        self.settings_keys = settings_keys  # None: nobody reports settings
-
-
-run_result_key = pytest.StashKey[ThreadRunResult]()
 
 
 @contextmanager
@@ -47,7 +34,8 @@ def call_in_threads(
     diagnose_hook: DiagnoseHook,
     settings_keys: list[str] | None = None,
 ) -> Iterator[None]:
-    """For the duration of the call phase, makes ``item.obj`` run in the marker's threads."""
+    """For the duration of the call phase, makes ``item.obj`` run in the marker's threads.
+    ``settings_keys``: the extra settings to read in the first thread (None: none are read)."""
     run = thread_runner(item, options, diagnose_hook, settings_keys)
     original = item.obj
     item.obj = _threaded(original, run)
@@ -64,9 +52,13 @@ def thread_runner(
     settings_keys: list[str] | None,
 ) -> Callable[[Callable[[], Any]], None]:
     """A function that runs a body in the marker's threads, keeping the results for ``item``."""
-    result = ThreadRunResult(options, settings_keys)
-    item.stash[run_result_key] = result
-    return lambda body: ThreadRun(body, options, result, diagnose_hook).run()
+    result = ThreadRunFacts(
+        where=f"thread x {options.threads}",
+        threads=tuple(THREAD_NAME.format(index=i) for i in range(options.threads)),
+        switches=cudagraph_switches(options.trees),
+    )
+    item.stash[thread_run_key] = result
+    return lambda body: ThreadRun(body, options, result, diagnose_hook, settings_keys).run()
 
 
 def _threaded(
@@ -87,14 +79,16 @@ class ThreadRun:
         self,
         body: Callable[[], Any],
         options: ThreadOptions,
-        result: ThreadRunResult,
+        result: ThreadRunFacts,
         diagnose_hook: DiagnoseHook,
+        settings_keys: list[str] | None = None,
     ) -> None:
         self.body = body
         self.options = options
         self.result = result
         self.diagnose_hook = diagnose_hook
-        self.names = [THREAD_NAME.format(index=i) for i in range(options.threads)]
+        self.settings_keys = settings_keys  # None: nobody reports settings
+        self.names = list(result.threads)
         self.errors: dict[str, BaseException] = {}
         self.barrier = threading.Barrier(options.threads)
         self.finished = threading.Barrier(options.threads)
@@ -154,8 +148,8 @@ class ThreadRun:
                 self.barrier.wait(self.options.timeout)
             except threading.BrokenBarrierError:
                 return
-            if index == 0 and self.result.settings_keys is not None:
-                self.result.settings = _settings_here(self.result.settings_keys)
+            if index == 0 and self.settings_keys is not None:
+                self.result.settings = _settings_here(self.settings_keys)
             self.body()
         except BaseException as exc:
             self.errors[name] = exc
@@ -211,7 +205,7 @@ class ThreadRun:
         pytest.fail("\n".join(lines), pytrace=False)
 
 
-def _settings_here(extra_keys: list[str]) -> dict[str, Any]:
+def _settings_here(extra_keys: list[str]) -> dict[str, SettingEntry]:
     from ..core.settings import effective_settings, settings_record
 
     return settings_record(effective_settings(extra_keys))

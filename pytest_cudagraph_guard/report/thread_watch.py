@@ -1,4 +1,5 @@
-"""Exceptions that end threads the test started itself, seen through ``threading.excepthook``.
+"""Exceptions that end threads the test started itself, seen through ``threading.excepthook``,
+for the report.
 
 The previous hook (pytest's own, which turns them into ``PytestUnhandledThreadExceptionWarning``)
 is always called after ours, and put back at the end of the session.
@@ -9,16 +10,16 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import pytest
 
-if TYPE_CHECKING:
-    from .core.diagnosis import DiagnoseHook
-    from .core.records import ErrorEntry
+from ..core.diagnosis import DiagnoseHook, error_record
+from ..core.records import ErrorEntry
 
 
 class ThreadExceptionWatch:
+    """Keeps the error entry of each exception that ended a thread, until drained."""
+
     def __init__(self, diagnose_hook: DiagnoseHook) -> None:
         self._diagnose_hook = diagnose_hook
         self._seen: deque[ErrorEntry] = deque()
@@ -37,8 +38,6 @@ class ThreadExceptionWatch:
 
     def _hook(self, args: threading.ExceptHookArgs) -> None:
         try:
-            from .core.diagnosis import error_record
-
             if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
                 name = args.thread.name if args.thread is not None else "<unknown thread>"
                 self._seen.append(error_record(args.exc_value, name, self._diagnose_hook))

@@ -1,0 +1,26 @@
+"""What one feature learns about a test that another feature shows, kept in the test's stash.
+
+The threads feature writes these and the report reads them, so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from .records import ErrorEntry, SettingEntry
+
+
+@dataclass
+class ThreadRunFacts:
+    """What the ``cudagraph_thread`` marker did in one test's call phase."""
+
+    where: str  # shown as the test's place in the report, e.g. "thread x 2"
+    threads: tuple[str, ...]  # the names of the marker's threads
+    switches: dict[str, bool]  # the cudagraph settings the marker turned on in its threads
+    errors: list[ErrorEntry] = field(default_factory=list)  # what each thread raised
+    settings: dict[str, SettingEntry] | None = None  # as the first thread saw them; None: unread
+
+
+thread_run_key = pytest.StashKey[ThreadRunFacts]()

@@ -1,0 +1,225 @@
+"""The report's plugin in the process that runs the tests: watches each test's phases and what
+torch did meanwhile, and attaches the test's record to its teardown report."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Generator
+from typing import Any, Final
+
+import pytest
+
+from .. import _torch
+from ..core.diagnosis import error_record, hook_diagnoser
+from ..core.facts import ThreadRunFacts, thread_run_key
+from ..core.markers import SUBPROCESS_MARKER, THREAD_MARKER
+from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
+from ..core.records import (
+    USER_PROPERTY,
+    ErrorEntry,
+    SettingEntry,
+    TestRecord,
+    new_test_record,
+    no_activity,
+    setting_entry,
+)
+from ..core.settings import effective_settings, jsonable, settings_record, torch_env
+from .activity import TestActivity
+from .formats import ReportFormat
+from .thread_watch import ThreadExceptionWatch
+
+PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
+PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER)
+
+
+class TestState:
+    """What the report keeps for one test between its phases."""
+
+    def __init__(self, activity: TestActivity | None) -> None:
+        self.activity = activity
+        self.outcomes: dict[str, str] = {}
+        self.errors: list[ErrorEntry] = []
+        self.settings: dict[str, SettingEntry] | None = None
+
+
+test_state_key = pytest.StashKey[TestState]()
+
+
+class ReportPlugin:
+    """Observes each test where it runs and builds its record; registered while a report is
+    asked for. Errors of threads that a test started itself reach the record through
+    ``threading.excepthook``."""
+
+    def __init__(self, config: pytest.Config, formats: list[ReportFormat]) -> None:
+        self.config = config
+        self.everything = any(f.kind == "term-all" for f in formats)
+        self.observing = False
+        self._current: TestActivity | None = None
+        self._lock = threading.Lock()
+        self._extra_keys: list[str] | None = None
+        self._diagnose_hook = hook_diagnoser(config)
+        self._thread_watch = ThreadExceptionWatch(self._diagnose_hook)
+
+    def start(self) -> None:
+        """Called from ``pytest_configure``, after pytest set its own ``threading.excepthook``
+        (which the watch chains to)."""
+        self.config.add_cleanup(self.close)
+        self._thread_watch.install(self.config)
+
+    def close(self) -> None:
+        if self.observing:
+            _torch.stop_observing(self._on_event)
+            self.observing = False
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        activity = None
+        if _torch.torch_loaded():
+            self._observe()
+            activity = TestActivity({})  # the main thread's settings are read when the body starts
+        with self._lock:
+            self._current = activity
+        item.stash[test_state_key] = TestState(activity)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        """The main thread's settings when the body starts, fixtures applied."""
+        state = item.stash.get(test_state_key, None)
+        if state is not None and state.activity is not None:
+            state.activity.main_settings = _torch.cudagraph_switches_here()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        if call.when == "teardown":  # the record rides on the teardown report, so it is built first
+            failed = call.excinfo is not None and not is_skip_or_xfail(call.excinfo.value)
+            self._phase_done(item, call, "failed" if failed else "passed")
+            record = self._record_for(item, self._thread_watch.drain())
+            if record is not None:
+                item.user_properties.append((USER_PROPERTY, record))
+        report = yield
+        if call.when != "teardown":
+            self._phase_done(item, call, phase_outcome(report))
+        return report
+
+    # -- settings ------------------------------------------------------------------------------
+
+    def extra_keys(self) -> list[str]:
+        """The settings keys that other plugins add to the report."""
+        if self._extra_keys is None:
+            found = self.config.hook.pytest_cudagraph_report_keys(config=self.config)
+            self._extra_keys = [str(key) for keys in found for key in (keys or [])]
+        return self._extra_keys
+
+    def _settings_now(self) -> dict[str, SettingEntry]:
+        return settings_record(effective_settings(self.extra_keys()))
+
+    def _worth_settings(self, item: pytest.Item, state: TestState) -> bool:
+        """Settings are read where the body ran, but only for tests that will be reported."""
+        return _torch.torch_loaded() and (
+            self.everything
+            or _uses_plugin(item)
+            or bool(state.errors)
+            or (state.activity is not None and state.activity.happened())
+        )
+
+    # -- one test ------------------------------------------------------------------------------
+
+    def _phase_done(self, item: pytest.Item, call: pytest.CallInfo[None], outcome: str) -> None:
+        state = item.stash.get(test_state_key, None)
+        if state is None:
+            return
+        state.outcomes[call.when] = outcome
+        if call.when == "call" and state.settings is None and self._worth_settings(item, state):
+            state.settings = self._settings_now()
+        excinfo = call.excinfo
+        threaded = call.when == "call" and thread_run_key in item.stash  # its threads tell
+        if excinfo is not None and not threaded and not is_skip_or_xfail(excinfo.value):
+            thread = threading.current_thread().name
+            state.errors.append(error_record(excinfo.value, thread, self._diagnose_hook))
+
+    def _record_for(self, item: pytest.Item, foreign_errors: list[ErrorEntry]) -> TestRecord | None:
+        state = item.stash.get(test_state_key, None)
+        if state is None:
+            return None
+        with self._lock:
+            self._current = None
+        activity = state.activity
+        if activity is not None:
+            activity.finish()
+        threads = item.stash.get(thread_run_key, None)
+        errors = _errors(state, threads, foreign_errors)
+        relevant = (
+            _uses_plugin(item)
+            or threads is not None
+            or errors
+            or (activity is not None and activity.happened())
+        )
+        if not (relevant or self.everything):
+            return None
+        settings = (threads.settings if threads is not None else None) or state.settings
+        if settings is None and _torch.torch_loaded():
+            settings = self._settings_now()
+        record = new_test_record(
+            item.nodeid,
+            outcome=overall_outcome(state.outcomes),
+            where=threads.where if threads is not None else "main",
+            settings=_with_compile_sources(settings or {}, activity),
+            env=torch_env(),
+            activity=activity.as_record() if activity is not None else no_activity(),
+            errors=errors,
+        )
+        self.config.hook.pytest_cudagraph_record(item=item, record=record)
+        return record
+
+    # -- torch's events ------------------------------------------------------------------------
+
+    def _observe(self) -> None:
+        if not self.observing:
+            _torch.start_observing(self._on_event)
+            self.observing = True
+
+    def _on_event(self, event: str, data: dict[str, Any]) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._current.add(event, data)
+
+
+def _errors(
+    state: TestState, threads: ThreadRunFacts | None, foreign_errors: list[ErrorEntry]
+) -> list[ErrorEntry]:
+    """The marker's threads' errors, the test's own, those of threads it started, and the
+    compiles whose settings diverged from the main thread's."""
+    errors = [*(threads.errors if threads is not None else ()), *state.errors, *foreign_errors]
+    if state.activity is not None:
+        if threads is None:
+            errors += state.activity.divergences(None)
+        else:
+            errors += state.activity.divergences(threads.switches, threads.threads)
+    return errors
+
+
+def _uses_plugin(item: pytest.Item) -> bool:
+    return bool(PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ()))) or any(
+        item.get_closest_marker(name) is not None for name in PLUGIN_MARKERS
+    )
+
+
+def _with_compile_sources(
+    settings: dict[str, SettingEntry], activity: TestActivity | None
+) -> dict[str, SettingEntry]:
+    """A key that every compile of the test set through its options is shown as ``compile``."""
+    if activity is None or not activity.compiled:
+        return settings
+    merged = dict(settings)
+    options = [c.options for c in activity.compiled]
+    for key in set(options[0]).intersection(*options[1:]):
+        values = {json.dumps(jsonable(o[key])) for o in options}
+        value = jsonable(options[0][key])
+        if len(values) == 1 and key in merged and merged[key]["value"] != value:
+            merged[key] = setting_entry(value, "compile")
+    return merged
