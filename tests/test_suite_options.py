@@ -7,7 +7,7 @@ import pytest
 
 from .legacy_torch import CONFTEST as LEGACY_CONFTEST
 
-WHERE_TESTS = """
+WHERE_TESTS = r"""
 import os
 import threading
 import pytest
@@ -17,7 +17,8 @@ def where():
     return "main" if thread is threading.main_thread() else thread.name
 
 def test_unmarked():
-    print("WHERE", where(), os.getpid())
+    with open("where.log", "a") as log:
+        log.write(f"{where()} {os.getpid()}\n")
 
 @pytest.mark.cudagraph_thread(threads=2)
 def test_own_marker():
@@ -30,7 +31,7 @@ def test_opted_out():
 
 class TestInClass:
     def test_method(self):
-        assert where() != "main"
+        assert where() != "main" or os.getpid() != PARENT
 """
 
 
@@ -42,11 +43,15 @@ def test_threads_option_runs_unmarked_tests_in_that_many_threads(
     ourtester: pytest.Pytester,
 ) -> None:
     _where_module(ourtester)
-    result = ourtester.runpytest("--cudagraph-threads=3", "-s")
+    result = ourtester.runpytest("--cudagraph-threads=3")
     result.assert_outcomes(passed=4)
-    seen = sorted(line.split()[1] for line in result.outlines if line.startswith("WHERE"))
+    seen = sorted(line.split()[0] for line in _where_log(ourtester))
     assert seen == ["cudagraph-thread-0", "cudagraph-thread-1", "cudagraph-thread-2"]
     result.stdout.fnmatch_lines(["cudagraph_thread applied to 2 tests by --cudagraph-threads"])
+
+
+def _where_log(pytester: pytest.Pytester) -> list[str]:
+    return (pytester.path / "where.log").read_text().splitlines()
 
 
 def test_without_the_options_nothing_is_applied(ourtester: pytest.Pytester) -> None:
@@ -63,7 +68,9 @@ def test_without_the_options_nothing_is_applied(ourtester: pytest.Pytester) -> N
     assert "applied to" not in result.stdout.str()
 
 
-def test_the_ini_key_applies_and_the_command_line_wins(ourtester: pytest.Pytester) -> None:
+def test_the_ini_key_applies_and_the_command_line_wins(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ourtester.makeini(
         "[pytest]\ncudagraph_threads = 2\n"
         "filterwarnings = ignore:Failed to initialize NumPy:UserWarning\n"
@@ -81,9 +88,9 @@ def test_the_ini_key_applies_and_the_command_line_wins(ourtester: pytest.Pyteste
             assert len(NAMES) == COUNT
         """.replace("COUNT", "int(__import__('os').environ['EXPECTED'])")
     )
-    ourtester.monkeypatch.setenv("EXPECTED", "2")
+    monkeypatch.setenv("EXPECTED", "2")
     ourtester.runpytest("-p", "no:randomly").assert_outcomes(passed=2)
-    ourtester.monkeypatch.setenv("EXPECTED", "5")
+    monkeypatch.setenv("EXPECTED", "5")
     ourtester.runpytest("-p", "no:randomly", "--cudagraph-threads=5").assert_outcomes(passed=2)
 
 
@@ -152,8 +159,11 @@ def test_subprocess_option_runs_unmarked_tests_in_fresh_processes(
     ourtester: pytest.Pytester,
 ) -> None:
     _where_module(ourtester)
-    result = ourtester.runpytest("--cudagraph-subprocess", "-s")
+    result = ourtester.runpytest("--cudagraph-subprocess")
     result.assert_outcomes(passed=4)
+    [(where, pid)] = [line.split() for line in _where_log(ourtester)]
+    assert where == "main"
+    assert int(pid) != __import__("os").getpid()
     result.stdout.fnmatch_lines(
         ["cudagraph_subprocess applied to 2 tests by --cudagraph-subprocess"]
     )

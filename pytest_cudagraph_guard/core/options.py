@@ -101,7 +101,7 @@ def read_options(config: pytest.Config) -> SuiteOptions:
     return SuiteOptions(
         threads=_threads(_value(config, "cudagraph_threads")),
         tls=_tls(_value(config, "cudagraph_tls")),
-        subprocess=bool(_value(config, "cudagraph_subprocess")),
+        subprocess=bool(_value(config, "cudagraph_subprocess").value),
         timeout=_timeout(_value(config, "cudagraph_timeout")),
         fail_on=_kinds(_value(config, "cudagraph_fail_on")),
         cuda_ahead=bool(config.getini("cudagraph_cuda_ahead")),
