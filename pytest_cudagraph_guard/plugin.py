@@ -5,13 +5,13 @@ Hooks are in lifecycle order. Loading this module never imports torch.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from . import _torch, hookspecs
+from .core import plugin_names
 from .core.diagnosis import hook_diagnoser
 from .core.markers import (
     SUBPROCESS_MARKER,
@@ -27,10 +27,10 @@ from .core.markers import (
 from .core.outcomes import is_skip_or_xfail, phase_outcome
 from .core.records import USER_PROPERTY, ErrorEntry
 from .fixtures import cudagraphs, dynamo_config, inductor_config
+from .isolation.plugin import IsolationPlugin, is_child
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
 
 if TYPE_CHECKING:
-    from .processes import SubprocessRunner
     from .report import Reporter, ReportFormat
 
 REPORT_FORMAT_HELP = "term, term-all, json:PATH or md:PATH"
@@ -42,9 +42,6 @@ thread_watch_key = pytest.StashKey[Any]()
 foreign_errors_key = pytest.StashKey[list[ErrorEntry]]()
 thread_options_key = pytest.StashKey[ThreadOptions]()
 reporter_key = pytest.StashKey["Reporter"]()
-subprocess_runner_key = pytest.StashKey["SubprocessRunner"]()
-# Set by the test process's own plugin: this session runs one marked test inside its process.
-subprocess_child_key = pytest.StashKey[dict[str, Any]]()
 marks_key = pytest.StashKey[tuple[pytest.Mark | None, pytest.Mark | None]]()
 
 
@@ -127,8 +124,11 @@ def pytest_configure(config: pytest.Config) -> None:
         reporter = Reporter(config, formats)
         config.stash[reporter_key] = reporter
         config.add_cleanup(reporter.close)
-        if not _is_xdist_worker(config) and not _is_subprocess_child(config):
+        if not _is_xdist_worker(config) and not is_child(config):
             config.pluginmanager.register(ReportWriter(formats), "cudagraph_guard.report")
+    if not is_child(config):
+        isolation = IsolationPlugin(config, reporting=bool(formats))
+        config.pluginmanager.register(isolation, plugin_names.ISOLATION)
     from .thread_watch import ThreadExceptionWatch
 
     watch = ThreadExceptionWatch(hook_diagnoser(config))
@@ -147,36 +147,10 @@ def pytest_pycollect_makeitem(
     return result
 
 
-def pytest_collectstart(collector: pytest.Collector) -> None:
-    config = collector.config
-    if isinstance(collector, pytest.Module) and not (
-        config.option.collectonly or _is_subprocess_child(config)
-    ):
-        _prestart_test_processes(collector)
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     guard = session.config.stash.get(leak_guard_key, None)
     if guard is not None:
         guard.before_tests()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-    _, mark = _plugin_marks(item)
-    if mark is None or _is_subprocess_child(item.config):
-        return None
-    try:
-        options = subprocess_options(mark)
-    except MarkerError:
-        return None  # setup fails the test with the message
-    from .subprocess_runner import run_protocol
-
-    reporting = reporter_key in item.config.stash
-    runner = _subprocess_runner(item.config)
-    set_up_next = nextitem is not None and _plugin_marks(nextitem)[1] is not None
-    run_protocol(item, nextitem, options, runner, reporting=reporting, set_up_next=set_up_next)
-    return True
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -280,10 +254,6 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-def _is_subprocess_child(config: pytest.Config) -> bool:
-    return subprocess_child_key in config.stash
-
-
 def _plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | None]:
     """The item's thread and subprocess markers, looked up once per test (after collection
     hooks may have added them)."""
@@ -292,28 +262,6 @@ def _plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | 
         marks = (item.get_closest_marker(THREAD_MARKER), item.get_closest_marker(SUBPROCESS_MARKER))
         item.stash[marks_key] = marks
     return marks
-
-
-def _subprocess_runner(config: pytest.Config) -> SubprocessRunner:
-    runner = config.stash.get(subprocess_runner_key, None)
-    if runner is None:
-        from .processes import SubprocessRunner
-
-        runner = SubprocessRunner()
-        config.stash[subprocess_runner_key] = runner
-        config.add_cleanup(runner.close)
-    return runner
-
-
-def _prestart_test_processes(module: pytest.Module) -> None:
-    """A module that names the subprocess marker gets its zygote started before it is imported,
-    so that the zygote's imports overlap the module's."""
-    try:
-        named = SUBPROCESS_MARKER.encode() in module.path.read_bytes()
-    except OSError:
-        return
-    if named:
-        _subprocess_runner(module.config).prestart(dict(os.environ))
 
 
 def _report_formats(config: pytest.Config) -> list[ReportFormat]:
