@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_cudagraph_guard import forking, zygote
+from pytest_cudagraph_guard.isolation import forking, preloads, zygote
 
 
 def thread_names() -> list[str]:
@@ -14,6 +14,6 @@ def thread_names() -> list[str]:
     return sorted((tasks / t / "comm").read_text().strip() for t in os.listdir(tasks))
 
 
-for name in (*zygote.PRELOAD_FIRST, *zygote.PRELOAD_FOR_COMPILING):
+for name in (*preloads.PRELOAD_FIRST, *preloads.PRELOAD_FOR_COMPILING):
     zygote.preload(name)
     print(f"{name}: {forking.fork_hazard()}; threads {thread_names()}", file=sys.stderr)

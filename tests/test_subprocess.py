@@ -358,10 +358,10 @@ def test_xfailed():
         ("env=['A']", "argument 'env' must be a str->str mapping, got [[]'A'[]]"),
         ("trees='no'", "argument 'trees' must be True or False, got 'no'"),
         ("colour=1", "unknown argument 'colour' (known: timeout, trees, env, require_cuda)"),
-        ("5", "takes at most 0 positional argument(s) (none), got 1: (5,)"),
+        ("600", "takes keyword arguments only, got 600: pass it by keyword, e.g. timeout=600"),
     ],
 )
-def test_bad_marker_arguments_are_collection_errors(
+def test_bad_marker_arguments_error_that_test_at_setup(
     ourtester: pytest.Pytester, arguments: str, message: str
 ) -> None:
     ourtester.makepyfile(
@@ -371,10 +371,13 @@ def test_bad_marker_arguments_are_collection_errors(
         @pytest.mark.cudagraph_subprocess({arguments})
         def test_marked():
             pass
+
+        def test_beside_it():
+            pass
         """
     )
     result = ourtester.runpytest()
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(errors=1, passed=1)
     result.stdout.fnmatch_lines(
         [f"*test_bad.py::test_marked: @pytest.mark.cudagraph_subprocess: {message}*"]
     )
@@ -731,3 +734,74 @@ def test_the_zygote_loads_the_sessions_plugins_while_the_first_test_process_runs
     result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
     result.assert_outcomes(passed=2)
     assert f"quiet_plugin {os.getpid()}" in log.read_text().splitlines()  # the session's own
+
+
+# What a test process must not hold: a module only the parent session runs, or a second copy
+# of a module of the plugin (as ``python -m`` of a module the plugin also imports would make).
+LOADS_ONLY_WHAT_IT_NEEDS = """
+import os
+import sys
+
+import pytest_cudagraph_guard
+
+PACKAGE_DIR = os.path.dirname(pytest_cudagraph_guard.__file__)
+PARENT_ONLY = [
+    "pytest_cudagraph_guard.isolation.controller",
+    "pytest_cudagraph_guard.isolation.pool",
+]
+
+
+def check_modules():
+    assert [name for name in PARENT_ONLY if name in sys.modules] == []
+    assert "pytest_cudagraph_guard.isolation.__main__" not in sys.modules
+    main_file = sys.modules["__main__"].__file__
+    assert main_file.endswith(os.path.join("isolation", "__main__.py"))
+    modules_of = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if path.startswith(PACKAGE_DIR):
+            modules_of.setdefault(path, set()).add(id(module))
+    assert {path: len(ids) for path, ids in modules_of.items() if len(ids) > 1} == {}
+"""
+
+
+def test_a_zygotes_test_processes_hold_no_parent_only_module_and_no_second_copy(
+    ourtester: pytest.Pytester,
+) -> None:
+    """The later test processes are forked once the zygote has loaded what the session and the
+    first test process loaded: the parent's runner, had it let it through, would be there."""
+    ourtester.makepyfile(
+        LOADS_ONLY_WHAT_IT_NEEDS
+        + """
+import pytest
+
+@pytest.mark.cudagraph_subprocess
+@pytest.mark.parametrize("n", range(3))
+def test_forked(n):
+    assert os.getppid() != int(os.environ["SESSION_PID"])  # a fork of the zygote
+    check_modules()
+"""
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SESSION_PID", str(os.getpid()))
+        result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
+    result.assert_outcomes(passed=3)
+
+
+def test_a_spawned_test_process_holds_no_parent_only_module_and_no_second_copy(
+    ourtester: pytest.Pytester,
+) -> None:
+    site = _site_whose_zygote_cannot_fork(ourtester)
+    ourtester.makepyfile(
+        LOADS_ONLY_WHAT_IT_NEEDS
+        + f"""
+import pytest
+
+@pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
+def test_spawned():
+    assert os.getppid() == {os.getpid()}
+    check_modules()
+"""
+    )
+    result = ourtester.runpytest()
+    result.assert_outcomes(passed=1, warnings=1)

@@ -284,10 +284,13 @@ def test_a_thread_that_cannot_start_does_not_deadlock_the_others(
         ("cudagraph_thread(tls='eager')", "argument 'tls' must be 'native' or 'init', got 'eager'"),
         ("cudagraph_thread(trees='yes')", "argument 'trees' must be True or False, got 'yes'"),
         ("cudagraph_thread(thread=2)", "unknown argument 'thread' (known: threads, *"),
-        ("cudagraph_thread(2, 3)", "takes at most 1 positional argument(s) (threads), got 2*"),
+        (
+            "cudagraph_thread(2, 3)",
+            "takes only threads as a positional argument, got 3: pass it by keyword, e.g. timeout=3",
+        ),
     ],
 )
-def test_bad_marker_arguments_are_collection_errors(
+def test_bad_marker_arguments_error_that_test_at_setup(
     ourtester: pytest.Pytester, marker: str, argument: str
 ) -> None:
     ourtester.makepyfile(
@@ -297,13 +300,16 @@ def test_bad_marker_arguments_are_collection_errors(
         @pytest.mark.{marker}
         def test_body():
             pass
+
+        def test_beside_it():
+            pass
         """
     )
     result = ourtester.runpytest()
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(errors=1, passed=1)
     result.stdout.fnmatch_lines(
         [
-            "*ERROR collecting test_bad.py*",
+            "*ERROR at setup of test_body*",
             f"test_bad.py::test_body: @pytest.mark.cudagraph_thread: {argument}",
         ]
     )

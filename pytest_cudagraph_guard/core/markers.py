@@ -99,10 +99,13 @@ def describe_error(nodeid: str, marker: str, error: MarkerError) -> str:
 
 def _bind(mark: pytest.Mark, names: tuple[str, ...], positional: tuple[str, ...]) -> dict[str, Any]:
     if len(mark.args) > len(positional):
-        raise MarkerError(
-            f"takes at most {len(positional)} positional argument(s) "
-            f"({', '.join(positional) or 'none'}), got {len(mark.args)}: {mark.args!r}"
+        extra = mark.args[len(positional)]
+        takes = (
+            f"takes only {', '.join(positional)} as a positional argument"
+            if positional
+            else "takes keyword arguments only"
         )
+        raise MarkerError(f"{takes}, got {extra!r}: {_keyword_hint(extra, names)}")
     values = dict(zip(positional[: len(mark.args)], mark.args, strict=True))
     for key, value in mark.kwargs.items():
         if key not in names:
@@ -111,6 +114,21 @@ def _bind(mark: pytest.Mark, names: tuple[str, ...], positional: tuple[str, ...]
             raise MarkerError(f"argument {key!r} given twice")
         values[key] = value
     return values
+
+
+def _keyword_hint(value: object, names: tuple[str, ...]) -> str:
+    """Which keyword a stray positional value most likely meant."""
+    if isinstance(value, bool):
+        guess = "trees"
+    elif isinstance(value, (int, float)):
+        guess = "timeout"
+    elif isinstance(value, str) and value in TLS_MODES:
+        guess = "tls"
+    elif isinstance(value, Mapping):
+        guess = "env"
+    else:
+        return f"pass it by keyword ({', '.join(names)})"
+    return f"pass it by keyword, e.g. {guess}={value!r}"
 
 
 def _check_positive_int(value: object, name: str) -> None:

@@ -96,7 +96,7 @@ def test_a_crash_in_a_cuda_test_process_leaves_the_session_going(
 
 ZYGOTE_VERDICTS = """
 import numpy, torch
-from pytest_cudagraph_guard import forking
+from pytest_cudagraph_guard.isolation import forking
 
 assert forking._mapped_cuda_driver() is not None, "torch maps the CUDA driver on import"
 assert not forking._cuda_driver_initialized()

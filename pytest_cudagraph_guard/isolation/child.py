@@ -18,15 +18,11 @@ from typing import IO, Any, NoReturn
 
 import pytest
 
-from . import _torch
-from .core import plugin_names
-from .plugin import subprocess_child_key
-from .zygote import (
-    child_sys_path,
-    installed_plugin_modules,
-    load_request,
-    note_needed_modules,
-)
+from .. import _torch
+from ..core import plugin_names
+from .plugin import child_key
+from .preloads import installed_plugin_modules, note_needed_modules
+from .protocol import CHILD_CRASH_EXIT, ChildRequest, child_sys_path, load_request
 
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
@@ -56,14 +52,14 @@ def run_child(request_path: str) -> NoReturn:
     _run(lambda: SubprocessChild(load_request(request_path), Path(request_path)))
 
 
-def run_spare(request: dict[str, Any], assignments: int) -> NoReturn:
+def run_spare(request: ChildRequest, assignments: int) -> NoReturn:
     """Sets up a session as ``request``'s, then runs the test whose request path comes through
     the pipe ``assignments``; exits at the end of that pipe."""
     _run(lambda: SubprocessChild(request, assignments=assignments))
 
 
 def _run(make_child: Callable[[], SubprocessChild]) -> NoReturn:
-    code = 3
+    code = CHILD_CRASH_EXIT
     present = frozenset(sys.modules)
     try:
         child = make_child()
@@ -80,7 +76,7 @@ def _run(make_child: Callable[[], SubprocessChild]) -> NoReturn:
         os._exit(code)
 
 
-def _enter(request: dict[str, Any]) -> None:
+def _enter(request: ChildRequest) -> None:
     _die_with_parent()
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -119,7 +115,7 @@ class SubprocessChild:
 
     def __init__(
         self,
-        request: dict[str, Any],
+        request: ChildRequest,
         request_path: Path | None = None,
         assignments: int | None = None,
     ) -> None:
@@ -133,7 +129,7 @@ class SubprocessChild:
     @pytest.hookimpl(tryfirst=True)
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
         self.config = config
-        config.stash[subprocess_child_key] = self.request
+        config.stash[child_key] = self.request
         self._select_test(config)
         for name, value in NEUTRAL_OPTIONS.items():
             if hasattr(config.option, name):
@@ -164,16 +160,21 @@ class SubprocessChild:
 
     def apply_cudagraph_settings(self) -> None:
         """CUDA graphs on, for the whole process: not a change the running test made."""
-        guard: plugin_names.TakesInChanges | None = (
-            None
-            if self.config is None
-            else self.config.pluginmanager.get_plugin(plugin_names.LEAK_GUARD)
-        )
         apply = functools.partial(_torch.apply_cudagraph_settings, self.request["trees"])
+        guard = self._leak_guard()
         if guard is None:
             apply()
         else:
             guard.take_in(apply)
+
+    def _leak_guard(self) -> plugin_names.TakesInChanges | None:
+        """The session's leak guard, once the session has started and if it guards."""
+        if self.config is None:
+            return None
+        guard: plugin_names.TakesInChanges | None = self.config.pluginmanager.get_plugin(
+            plugin_names.LEAK_GUARD
+        )
+        return guard
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         assert self.config is not None
@@ -213,6 +214,8 @@ class SubprocessChild:
 
     def _send(self, message: dict[str, Any]) -> None:
         if self.results is None:
-            self.results = Path(self.request["results"]).open("a", encoding="utf-8")  # noqa: SIM115
+            results = self.request["results"]
+            assert results is not None  # a spare has its test's by the time it reports
+            self.results = Path(results).open("a", encoding="utf-8")  # noqa: SIM115
         self.results.write(json.dumps(message, default=repr) + "\n")
         self.results.flush()

@@ -1,5 +1,6 @@
 """The test processes of ``cudagraph_subprocess``, from the parent: a zygote per set of
-import-time variables, a forked or spawned process per test, and how each ended.
+import-time variables, a forked or spawned process per test (``python -m`` this package, see
+:mod:`.__main__`), and how each ended.
 
 Nothing crosses but files in an owner-only folder and two pipes.
 """
@@ -13,24 +14,30 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Final
 
-from .forking import STDERR_NAME, STDOUT_NAME, kill_group
-from .zygote import SESSION_FOLDER_PREFIX, LineReader
+from .folders import SessionFolder, owner_only
+from .forking import kill_group
+from .protocol import (
+    REQUEST_NAME,
+    STDERR_NAME,
+    STDOUT_NAME,
+    ChildRequest,
+    LineReader,
+    parse_reply,
+    run_line,
+)
 
-ZYGOTE_MODULE: Final = "pytest_cudagraph_guard.zygote"
+ENTRY_MODULE: Final = __package__
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
 STACKS_GRACE_S: Final = 2.0
 REAP_TIMEOUT_S: Final = 30.0
 TAIL_LINES: Final = 30
 SECTION_LIMIT: Final = 1_000_000
 MAX_ZYGOTES: Final = 4
-OWNER_FILE: Final = "owner.pid"
-RESULTS_NAME: Final = "results.jsonl"
 # Variables read when an interpreter or torch starts: a child must come from a zygote that
 # started with the same values, or from a spawned interpreter.
 IMPORT_TIME_PREFIXES: Final = ("TORCH", "PYTORCH", "PYTHON", "OMP_", "MKL_", "KMP_", "TRITON")
@@ -82,7 +89,7 @@ class Zygote:
     def __init__(self, env: dict[str, str], log: Path, cwd: Path) -> None:
         self.log = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", ZYGOTE_MODULE, "serve"],
+            [sys.executable, "-m", ENTRY_MODULE, "serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -98,30 +105,33 @@ class Zygote:
     def wait_ready(self) -> bool:
         if self.ready is None:
             line = self._replies.next(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
-            self.ready = line is not None and line.startswith("ready ")
+            reply = None if line is None else parse_reply(line)
+            self.ready = reply is not None and reply.kind == "ready"
         return self.ready
 
     def start(self, request: Path) -> int | str:
         """The test process's pid, or why the zygote would not fork it. The request goes out
         before the zygote is ready, so that it forks the test before it preloads more."""
-        sent = self._send(f"run {request}")
+        sent = self._send(run_line(request))
         if not self.wait_ready():
             return f"the zygote did not start ({self.why_not_ready()})"
         # Before it forks, a zygote may still be loading what test processes need.
         line = self._replies.next(time.monotonic() + ZYGOTE_START_TIMEOUT_S) if sent else None
         if line is None:
             return "the zygote is gone"
-        word, _, rest = line.partition(" ")
-        if word == "started":
-            return int(rest)
-        return f"the zygote would not fork: {rest or line}"
+        reply = parse_reply(line)
+        if reply is not None and reply.kind == "started":
+            return reply.pid
+        reason = reply.reason if reply is not None and reply.reason else line
+        return f"the zygote would not fork: {reason}"
 
     def wait_exit(self, deadline: float) -> tuple[bool, int | None]:
         """(finished, wait status); (True, None) when the zygote died first."""
         line = self._replies.next(deadline)
-        if line is None:
+        reply = None if line is None else parse_reply(line)
+        if reply is None or reply.kind != "exited":
             return (self.process.poll() is not None, None)
-        return True, int(line.split()[2])
+        return True, reply.status
 
     def why_not_ready(self) -> str:
         self.process.poll()
@@ -156,26 +166,21 @@ class SubprocessRunner:
     """Starts and ends the test processes of one pytest session."""
 
     def __init__(self) -> None:
-        self._folder: Path | None = None
+        self.folder = SessionFolder()
         self._zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
         self._spawn_reason = "Windows has no fork" if sys.platform == "win32" else None
         self._notices: list[str] = []
-        self._count = 0
 
     def prestart(self, env: dict[str, str]) -> None:
         """Starts a zygote early, so that its imports overlap the session's collection."""
         if self._spawn_reason is None:
             self._zygote(env)
 
-    def run(self, request: dict[str, Any], timeout: float) -> ChildExit:
-        folder = self._new_test_folder()
-        request = {
-            **request,
-            "results": str(folder / RESULTS_NAME),
-            "basetemp": str(folder / "tmp"),
-        }
-        request_path = folder / "request.pickle"
-        with _owner_only(request_path, "wb") as file:
+    def run(self, request: ChildRequest, folder: Path, timeout: float) -> ChildExit:
+        """Runs ``request``'s test process, its files in ``folder`` (from
+        :meth:`SessionFolder.new_test_folder`), and waits for it at most ``timeout`` seconds."""
+        request_path = folder / REQUEST_NAME
+        with owner_only(request_path, "wb") as file:
             pickle.dump(request, file)
         if self._spawn_reason is None:
             zygote = self._zygote(request["env"])
@@ -190,9 +195,7 @@ class SubprocessRunner:
 
     def close(self) -> None:
         self._close_zygotes()
-        if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
+        self.folder.close()
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -203,7 +206,7 @@ class SubprocessRunner:
             if len(self._zygotes) >= MAX_ZYGOTES:
                 oldest = next(iter(self._zygotes))
                 self._zygotes.pop(oldest).close()
-            folder = self._session_folder()
+            folder = self.folder.path
             log = folder / f"zygote-{len(self._zygotes)}-{time.monotonic_ns()}.log"
             zygote = Zygote(_zygote_env(env), log, folder)
             self._zygotes[key] = zygote
@@ -247,14 +250,14 @@ class SubprocessRunner:
         return outcome
 
     def _spawn(
-        self, request: dict[str, Any], request_path: Path, folder: Path, timeout: float
+        self, request: ChildRequest, request_path: Path, folder: Path, timeout: float
     ) -> ChildExit:
         with (
-            _owner_only(folder / STDOUT_NAME, "wb") as stdout,
-            _owner_only(folder / STDERR_NAME, "wb") as stderr,
+            owner_only(folder / STDOUT_NAME, "wb") as stdout,
+            owner_only(folder / STDERR_NAME, "wb") as stderr,
         ):
             process = subprocess.Popen(
-                [sys.executable, "-m", ZYGOTE_MODULE, "run", str(request_path)],
+                [sys.executable, "-m", ENTRY_MODULE, "run", str(request_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
@@ -279,52 +282,10 @@ class SubprocessRunner:
         outcome.duration = time.monotonic() - start
         return outcome
 
-    # -- files ---------------------------------------------------------------------------------
-
-    def _session_folder(self) -> Path:
-        if self._folder is None:
-            _remove_folders_of_dead_sessions()
-            self._folder = Path(tempfile.mkdtemp(prefix=SESSION_FOLDER_PREFIX))
-            (self._folder / OWNER_FILE).write_text(str(os.getpid()))
-        return self._folder
-
-    def _new_test_folder(self) -> Path:
-        self._count += 1
-        folder = self._session_folder() / f"test-{self._count}"
-        folder.mkdir(mode=0o700)
-        return folder
-
-
-def _remove_folders_of_dead_sessions() -> None:
-    """What a session killed with SIGKILL left behind, since nobody was left to remove it."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{SESSION_FOLDER_PREFIX}*"):
-        try:
-            owner = int((folder / OWNER_FILE).read_text())
-            mine = folder.stat().st_uid == os.getuid()
-        except (OSError, ValueError):
-            continue
-        if mine and not _process_exists(owner):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _owner_only(path: Path, mode: str) -> IO[Any]:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    return os.fdopen(fd, mode)
-
 
 def _with_our_path(env: dict[str, str]) -> dict[str, str]:
     """``env`` with this package's folder first on PYTHONPATH, so that ``-m`` finds it."""
-    ours = str(Path(__file__).resolve().parent.parent)
+    ours = str(Path(__file__).resolve().parents[2])  # the folder that holds the package
     paths = [ours, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 

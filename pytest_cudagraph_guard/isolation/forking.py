@@ -18,12 +18,14 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-STDOUT_NAME = "stdout"
-STDERR_NAME = "stderr"
-CHILD_CRASH_EXIT = 3
+from .protocol import CHILD_CRASH_EXIT, STDERR_NAME, STDOUT_NAME, ChildRequest
+
 CUDA_ERROR_NOT_INITIALIZED = 3
+# How a test process runs its test: from its request's path, or, a spare, from the request it
+# sets up as and the pipe on which it learns its test.
+RunChild = Callable[[str], None]
+RunSpare = Callable[[ChildRequest, int], None]
 
 
 # --- whether a fork is sound --------------------------------------------------------------------
@@ -97,13 +99,9 @@ def _mapped_cuda_driver() -> str | None:
 # --- one test process ---------------------------------------------------------------------
 
 
-def fork_test_process(replies: int, request_path: str) -> int:
-    def run() -> None:
-        from .subprocess_child import run_child
-
-        run_child(request_path)
-
-    return _fork(replies, Path(request_path).parent, run)
+def fork_test_process(replies: int, request_path: str, run_child: RunChild) -> int:
+    """Forks the process that runs the test of ``request_path`` through ``run_child``."""
+    return _fork(replies, Path(request_path).parent, lambda: run_child(request_path))
 
 
 def _fork(replies: int, folder: Path, run: Callable[[], None]) -> int:
@@ -183,7 +181,7 @@ def kill_child(pid: int) -> None:
 SPARE_CONTEXT = ("cwd", "env", "sys_path", "args", "trees")
 
 
-def _spare_context(request: dict[str, Any]) -> str:
+def _spare_context(request: ChildRequest) -> str:
     """What a test process has set up before it knows its test: the same for consecutive tests
     of a session, unless a marker's ``env`` or ``trees`` or the session's environment differ."""
     return json.dumps([request.get(key) for key in SPARE_CONTEXT], sort_keys=True, default=repr)
@@ -203,21 +201,27 @@ class Spares:
     A test whose request has another context gets a process forked for it, and the spare goes;
     after a spare dies unused (its session could not start), tests get no more spares."""
 
-    def __init__(self, replies: int) -> None:
+    def __init__(self, replies: int, run_spare: RunSpare) -> None:
         self.replies = replies
+        self.run_spare = run_spare
         self.waiting: _Spare | None = None
         self.folders: dict[int, Path] = {}  # of assigned spares, removed when they end
         self.enabled = True
 
-    def assign(self, request: dict[str, Any], request_path: str) -> int | None:
-        """The pid of the spare now running the request's test; None if there is none for it."""
+    def assign(self, request: ChildRequest | None, request_path: str) -> int | None:
+        """The pid of the spare now running the request's test; None if there is none for it
+        (or the request could not be read)."""
         spare, self.waiting = self.waiting, None
         if spare is None:
             return None
         if not _running(spare.pid):
             self.enabled = False
             _discard(spare, running=False)
-        elif spare.context == _spare_context(request) and _hand_over(spare, request_path):
+        elif (
+            request is not None
+            and spare.context == _spare_context(request)
+            and _hand_over(spare, request_path)
+        ):
             os.close(spare.assignments)
             self.folders[spare.pid] = spare.folder
             return spare.pid
@@ -225,14 +229,14 @@ class Spares:
             _discard(spare)
         return None
 
-    def fork(self, request: dict[str, Any]) -> None:
+    def fork(self, request: ChildRequest) -> None:
         """A spare set up as ``request``'s test process, if the parent said the next test is
         marked too."""
-        wanted = self.enabled and request.get("set_up_next", False) and self.waiting is None
+        wanted = self.enabled and request["set_up_next"] and self.waiting is None
         if not wanted or fork_hazard() is not None:
             return
         try:
-            self.waiting = _fork_spare(self.replies, request)
+            self.waiting = _fork_spare(self.replies, request, self.run_spare)
         except OSError as exc:  # no room for another process: the tests get theirs when due
             print(f"zygote: no spare: {exc!r}", file=sys.stderr)
             self.enabled = False
@@ -248,15 +252,13 @@ class Spares:
             self.waiting = None
 
 
-def _fork_spare(replies: int, request: dict[str, Any]) -> _Spare:
+def _fork_spare(replies: int, request: ChildRequest, run_spare: RunSpare) -> _Spare:
     folder = Path.cwd() / f"spare-{time.monotonic_ns()}"  # in the session folder
     folder.mkdir(mode=0o700)
-    spare_request = {**request, "nodearg": None, "results": None, "basetemp": str(folder / "tmp")}
+    spare_request = _spare_request(request, folder)
     assignments, handed_over = os.pipe()
 
     def run() -> None:
-        from .subprocess_child import run_spare
-
         os.close(handed_over)
         run_spare(spare_request, assignments)
 
@@ -269,6 +271,11 @@ def _fork_spare(replies: int, request: dict[str, Any]) -> _Spare:
         raise
     os.close(assignments)
     return _Spare(pid, folder, handed_over, _spare_context(request))
+
+
+def _spare_request(request: ChildRequest, folder: Path) -> ChildRequest:
+    """``request``, less what a spare learns only once it gets its test."""
+    return {**request, "nodearg": None, "results": None, "basetemp": str(folder / "tmp")}
 
 
 def _hand_over(spare: _Spare, request_path: str) -> bool:

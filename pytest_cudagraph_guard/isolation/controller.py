@@ -1,5 +1,5 @@
-"""``@pytest.mark.cudagraph_subprocess``, the parent's side: each marked test runs in a fresh
-process (:mod:`.processes`) and its reports are replayed here as if it had run in place."""
+"""``@pytest.mark.cudagraph_subprocess``, the parent's side of one test: it runs in a fresh
+process (:mod:`.pool`) and its reports are replayed here as if it had run in place."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
-from .core.diagnosis import PROCESS_CRASH, TIMEOUT
-from .core.markers import SubprocessOptions
-from .core.records import (
+from ..core.diagnosis import PROCESS_CRASH, TIMEOUT
+from ..core.markers import SubprocessOptions
+from ..core.records import (
     USER_PROPERTY,
     ErrorEntry,
     SettingEntry,
@@ -24,11 +25,11 @@ from .core.records import (
     new_test_record,
     no_activity,
 )
-from .core.settings import cudagraph_switches, torch_env
-from .core.warnings import CudagraphGuardWarning
-from .forking import STDERR_NAME, STDOUT_NAME
-from .processes import RESULTS_NAME, ChildExit, SubprocessRunner, last_lines, signal_name
-from .zygote import installed_plugin_modules, modules_for_a_zygote
+from ..core.settings import cudagraph_switches, torch_env
+from ..core.warnings import CudagraphGuardWarning
+from .pool import ChildExit, SubprocessRunner, last_lines, signal_name
+from .preloads import installed_plugin_modules, modules_for_a_zygote
+from .protocol import RESULTS_NAME, STDERR_NAME, STDOUT_NAME, ChildRequest
 
 PHASES: Final = ("setup", "call", "teardown")
 
@@ -148,7 +149,8 @@ def run_protocol(
     """Runs ``item`` in a test process and logs its reports here, as pytest's own protocol
     would have. With ``set_up_next``, the next test's process is set up meanwhile."""
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    outcome = runner.run(child_request(item, options, set_up_next), options.timeout)
+    folder = runner.folder.new_test_folder()
+    outcome = runner.run(child_request(item, options, set_up_next, folder), folder, options.timeout)
     try:
         messages = read_messages(outcome)
         emit_warnings(item.config, item.nodeid, messages.warnings)
@@ -164,8 +166,9 @@ def run_protocol(
 
 
 def child_request(
-    item: pytest.Item, options: SubprocessOptions, set_up_next: bool
-) -> dict[str, Any]:
+    item: pytest.Item, options: SubprocessOptions, set_up_next: bool, folder: Path
+) -> ChildRequest:
+    """The request for the process that runs ``item``, with its files in ``folder``."""
     params = item.config.invocation_params
     return {
         "cwd": str(params.dir),
@@ -179,6 +182,8 @@ def child_request(
         "session_modules": modules_for_a_zygote(
             sys.modules.copy(), installed_plugin_modules(item.config)
         ),
+        "results": str(folder / RESULTS_NAME),
+        "basetemp": str(folder / "tmp"),
     }
 
 

@@ -1,0 +1,93 @@
+"""The ``cudagraph_subprocess`` feature's plugin object in the parent session, and how a test
+process's session knows that it is one.
+
+The parent's machinery (:mod:`.controller`, :mod:`.pool`) loads only once a session needs it:
+a test process loads this module, never those.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ..core import plugin_names
+from ..core.markers import SUBPROCESS_MARKER, MarkerError, plugin_marks, subprocess_options
+from ..core.options import suite_options
+from .protocol import ChildRequest
+
+if TYPE_CHECKING:
+    from .pool import SubprocessRunner
+
+# Set by a test process's own plugin: its session runs one marked test of the parent's.
+child_key = pytest.StashKey[ChildRequest]()
+
+
+def is_child(config: pytest.Config) -> bool:
+    """Whether ``config``'s session is a test process's, running one marked test."""
+    return child_key in config.stash
+
+
+class IsolationPlugin:
+    """Runs each marked test in a test process of its own and replays its reports here. Owns
+    the session's test processes (through its runner), ended with the session."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._runner: SubprocessRunner | None = None
+        self._default_timeout = suite_options(config).timeout
+        self._applied_to_all = suite_options(config).subprocess
+
+    def pytest_collectstart(self, collector: pytest.Collector) -> None:
+        if isinstance(collector, pytest.Module) and not collector.config.option.collectonly:
+            self._prestart(collector)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> bool | None:
+        mark = plugin_marks(item)[1]
+        if mark is None:
+            return None
+        try:
+            options = subprocess_options(mark, self._default_timeout)
+        except MarkerError:
+            return None  # setup fails the test with the message
+        from .controller import run_protocol
+
+        set_up_next = nextitem is not None and _marked(nextitem)
+        run_protocol(
+            item,
+            nextitem,
+            options,
+            self._test_runner(),
+            reporting=self.config.pluginmanager.has_plugin(plugin_names.REPORT),
+            set_up_next=set_up_next,
+        )
+        return True
+
+    def _prestart(self, module: pytest.Module) -> None:
+        """A module whose tests will be marked gets its zygote started before it is imported, so
+        that the zygote's imports overlap the module's."""
+        if self._applied_to_all or _names_the_marker(module):
+            self._test_runner().prestart(dict(os.environ))
+
+    def _test_runner(self) -> SubprocessRunner:
+        if self._runner is None:
+            from .pool import SubprocessRunner
+
+            self._runner = SubprocessRunner()
+            self.config.add_cleanup(self._runner.close)
+        return self._runner
+
+
+def _marked(item: pytest.Item) -> bool:
+    return plugin_marks(item)[1] is not None
+
+
+def _names_the_marker(module: pytest.Module) -> bool:
+    try:
+        return SUBPROCESS_MARKER.encode() in module.path.read_bytes()
+    except OSError:
+        return False

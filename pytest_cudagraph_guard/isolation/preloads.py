@@ -1,0 +1,79 @@
+"""What a zygote loads ahead for its test processes: what it loads first, and which of the
+modules a session or a test process loaded it may load for the next test process."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final
+
+from .protocol import NEEDED_MODULES_NAME, ModuleLists
+
+PRELOAD_FIRST: Final = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
+# Each saves a test process a second of imports. Every test process needs them where the cudagraph
+# settings are applied before the test (torch >= 2.12), and those that compile elsewhere: there
+# they are loaded once a test process has needed them (loaded ahead, they would hold up a request
+# that came during the import). Not torch._inductor.compile_fx: on torch 2.11 with triton,
+# importing it starts a CUDA driver thread.
+PRELOAD_FOR_COMPILING: Final = ("torch._dynamo", "torch._inductor.config")
+# Modules the zygote loads for its next test process without a trial fork: pytest's own and this
+# plugin's, which every session starts; less the plugin's that only the parent session runs.
+TRUSTED_PREFIXES: Final = ("_pytest.", "pluggy.", "pytest_cudagraph_guard.")
+PARENT_ONLY: Final = frozenset(
+    f"{__package__}.{name}" for name in ("controller", "pool", "__main__")
+)
+
+
+def trusted(name: str) -> bool:
+    """Whether a test process may find module ``name`` loaded: one known to start no thread and
+    leave CUDA alone when imported, that a test process would load itself."""
+    if name in PARENT_ONLY:
+        return False
+    return name in PRELOAD_FOR_COMPILING or name.startswith(TRUSTED_PREFIXES)
+
+
+def installed_plugin_modules(config: Any) -> set[str]:
+    """The modules of the installed pytest plugins that ``config``'s session loaded."""
+    return {
+        name
+        for plugin, _ in config.pluginmanager.list_plugin_distinfo()
+        if isinstance(name := getattr(plugin, "__name__", None), str)
+    }
+
+
+def modules_for_a_zygote(names: Iterable[str], plugins: Iterable[str]) -> ModuleLists:
+    """Of the modules ``names``, those a zygote may load for its next test process: the trusted
+    ones, and those of the installed ``plugins``, which it tries in a fork first."""
+    names = set(names)
+    return {
+        "modules": sorted(name for name in names if trusted(name)),
+        "plugins": sorted(names.intersection(plugins).difference(PARENT_ONLY)),
+    }
+
+
+def note_needed_modules(folder: Path, present: Iterable[str], plugins: Iterable[str]) -> None:
+    """Called by a test process as it ends, with the modules it started with and ``plugins``:
+    what it imported that the next test process will need. Tests that compile need dynamo, so
+    the zygote loads it before the next fork; trivial tests do not, and do not wait for it."""
+    needed = modules_for_a_zygote(set(sys.modules.copy()).difference(present), plugins)
+    (folder / NEEDED_MODULES_NAME).write_text(json.dumps(needed))
+
+
+def needed_modules(folder: Path) -> ModuleLists:
+    """What the test process of ``folder`` noted; nothing if it noted nothing readable."""
+    try:
+        needed = json.loads((folder / NEEDED_MODULES_NAME).read_text())
+    except (OSError, ValueError):
+        needed = None
+    if not isinstance(needed, dict):
+        return no_modules()
+    return {
+        "modules": [str(name) for name in needed.get("modules", [])],
+        "plugins": [str(name) for name in needed.get("plugins", [])],
+    }
+
+
+def no_modules() -> ModuleLists:
+    return {"modules": [], "plugins": []}

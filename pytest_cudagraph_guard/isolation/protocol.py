@@ -1,0 +1,154 @@
+"""What crosses between the parent session, its zygotes and their test processes: the files of a
+test's folder, the request, and the lines on the zygote's pipes. Standard library only, so that
+every side can read it without loading the others.
+
+Parent to zygote, one line per request: ``run REQUEST_PATH``; closing the pipe ends the zygote
+(and kills a test process still running). Zygote to parent: ``ready PID``, then per request
+``started PID`` and ``exited PID STATUS`` (STATUS as ``os.waitpid`` gives it), or
+``nofork REASON`` when forking is no longer safe.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, TypedDict
+
+SESSION_FOLDER_PREFIX: Final = "pytest-cudagraph-subprocess-"
+# The files of one test's folder.
+REQUEST_NAME: Final = "request.pickle"
+STDOUT_NAME: Final = "stdout"
+STDERR_NAME: Final = "stderr"
+RESULTS_NAME: Final = "results.jsonl"
+NEEDED_MODULES_NAME: Final = "needed-modules"
+# The exit code of a test process that ended on an exception of its own, outside its test.
+CHILD_CRASH_EXIT: Final = 3
+
+RUN: Final = "run"
+ReplyKind = Literal["ready", "started", "exited", "nofork"]
+
+
+class ModuleLists(TypedDict):
+    """Modules a zygote may load for its next test process: ``modules`` at once, ``plugins``
+    after a trial fork."""
+
+    modules: list[str]
+    plugins: list[str]
+
+
+class ChildRequest(TypedDict):
+    """What a test process needs to run one test as the parent session would have."""
+
+    cwd: str
+    env: dict[str, str]
+    sys_path: list[str]
+    args: list[str]
+    nodearg: str | None  # None for a spare, until it gets its test
+    trees: bool
+    set_up_next: bool  # the next test is marked too: the zygote sets up its process meanwhile
+    session_modules: ModuleLists
+    results: str | None  # where reports go; None for a spare, until it gets its test
+    basetemp: str
+
+
+def load_request(request_path: str | Path) -> ChildRequest:
+    with open(request_path, "rb") as file:
+        request: ChildRequest = pickle.load(file)
+    return request
+
+
+def child_sys_path(request: ChildRequest) -> list[str]:
+    """The parent's ``sys.path``, with what a ``PYTHONPATH`` in the marker's ``env`` adds, as
+    it would to a fresh interpreter's."""
+    parent = request["sys_path"]
+    added = request["env"].get("PYTHONPATH", "").split(os.pathsep)
+    added = [entry for entry in dict.fromkeys(added) if entry and entry not in parent]
+    return parent[:1] + added + parent[1:]
+
+
+# --- lines on the pipes -------------------------------------------------------------------------
+
+
+def run_line(request_path: str | Path) -> str:
+    return f"{RUN} {request_path}"
+
+
+def parse_run(line: str) -> str | None:
+    """The request path of a ``run`` line; None for any other line."""
+    command, _, path = line.partition(" ")
+    return path if command == RUN and path else None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One line from a zygote."""
+
+    kind: ReplyKind
+    pid: int = 0
+    status: int = 0  # of ``exited``
+    reason: str = ""  # of ``nofork``
+
+
+def ready_line(pid: int) -> str:
+    return f"ready {pid}"
+
+
+def started_line(pid: int) -> str:
+    return f"started {pid}"
+
+
+def exited_line(pid: int, status: int) -> str:
+    return f"exited {pid} {status}"
+
+
+def nofork_line(reason: str) -> str:
+    return f"nofork {reason}"
+
+
+def parse_reply(line: str) -> Reply | None:
+    """The reply ``line`` holds; None for a line that is none."""
+    kind, _, rest = line.partition(" ")
+    try:
+        if kind == "ready":
+            return Reply("ready", pid=int(rest))
+        if kind == "started":
+            return Reply("started", pid=int(rest))
+        if kind == "exited":
+            pid, status = rest.split()
+            return Reply("exited", pid=int(pid), status=int(status))
+    except ValueError:
+        return None
+    if kind == "nofork":
+        return Reply("nofork", reason=rest)
+    return None
+
+
+def send_line(fd: int, line: str) -> None:
+    os.write(fd, f"{line}\n".encode())
+
+
+class LineReader:
+    """Lines read from a pipe, without read-ahead surprises for ``select``."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buffer = b""
+
+    def next(self, deadline: float | None = None) -> str | None:
+        """The next line; None at the end of the pipe or, given a ``time.monotonic`` deadline,
+        once it has passed."""
+        while b"\n" not in self._buffer:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                    return None
+            chunk = os.read(self.fd, 4096)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()

@@ -1,0 +1,183 @@
+"""The zygote behind ``cudagraph_subprocess``, on its side of the pipe (:mod:`.protocol`).
+
+It imports torch, pytest and the plugin once, never touches CUDA or runs a parallel op, and forks
+one never-reused test process per request. While a test process starts, the zygote loads what
+the request says the parent session has loaded; the test process leaves in its folder what else
+the next one will need, which the zygote loads before the next fork. Where the request says the
+next test is marked too, the zygote also forks a spare test process, which sets up its session
+while the test runs and takes the next request if its context matches its own.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import pickle
+import shutil
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from .. import _torch
+from .forking import RunChild, Spares, fork_hazard, fork_test_process, kill_child, wait_child
+from .preloads import PRELOAD_FIRST, PRELOAD_FOR_COMPILING, needed_modules, trusted
+from .protocol import (
+    SESSION_FOLDER_PREFIX,
+    ChildRequest,
+    LineReader,
+    ModuleLists,
+    child_sys_path,
+    exited_line,
+    load_request,
+    nofork_line,
+    parse_run,
+    ready_line,
+    send_line,
+    started_line,
+)
+
+_PARENT = os.getppid()
+
+
+def preload(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # a missing torch is the child's to report, as a skip
+        print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
+        if name.startswith("pytest"):
+            raise
+    gc.freeze()  # children then leave these objects to the collector's permanent generation
+
+
+def serve() -> NoReturn:
+    replies = os.dup(1)
+    os.dup2(2, 1)  # stray prints of imported modules must not reach the protocol pipe
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends us by closing the pipe
+    # Collections while importing free next to nothing and take a quarter of the imports' time
+    # (torch, dynamo); each preload ends with gc.freeze(), and test processes collect again.
+    gc.disable()
+    for name in PRELOAD_FIRST:
+        preload(name)
+    from .child import run_child, run_spare  # after pytest, with the collector off
+
+    send_line(replies, ready_line(os.getpid()))
+    requests = LineReader(0)
+    if not _torch.settings_can_wait_for_import():
+        for name in PRELOAD_FOR_COMPILING:
+            preload(name)
+    pipes = _Pipes(requests, replies)
+    spares = Spares(replies, run_spare)
+    learner = Learner()
+    while (line := requests.next()) is not None:
+        request_path = parse_run(line)
+        if request_path is not None:
+            _serve_one(request_path, pipes, learner, spares, run_child)
+    _exit(spares)
+
+
+@dataclass
+class _Pipes:
+    requests: LineReader  # from the parent
+    replies: int  # the fd to the parent
+
+
+def _serve_one(
+    request_path: str, pipes: _Pipes, learner: Learner, spares: Spares, run_child: RunChild
+) -> None:
+    """Starts the test's process and waits for it. Meanwhile it loads what the parent session has
+    loaded and forks a spare for the next test; after it, it loads what the test process had to
+    import: so the next one finds all that loaded."""
+    request = _request(request_path)
+    pid = spares.assign(request, request_path)
+    if pid is None:
+        hazard = fork_hazard()
+        if hazard is not None:
+            send_line(pipes.replies, nofork_line(hazard))
+            return
+        pid = fork_test_process(pipes.replies, request_path, run_child)
+    send_line(pipes.replies, started_line(pid))
+    if request is not None:
+        sys.path[:] = child_sys_path(request)  # to import what its test processes would
+        learner.load(request["session_modules"])  # while the test process starts
+        spares.fork(request)
+    status = wait_child(pid, pipes.requests.fd)
+    if status is None:  # the parent is gone: so is the test
+        kill_child(pid)
+        os.waitpid(pid, 0)
+        _exit(spares)
+    spares.finished(pid)
+    needed = needed_modules(Path(request_path).parent)  # before the parent removes the folder
+    send_line(pipes.replies, exited_line(pid, status))
+    compiling = _compiling_modules_loaded()
+    learner.load(needed)
+    if _compiling_modules_loaded() != compiling:
+        spares.discard()  # forked before the zygote had them, it would import them again
+
+
+def _request(request_path: str) -> ChildRequest | None:
+    """The request, if it can be read: if not, its test process says why."""
+    try:
+        request = load_request(request_path)
+    except (OSError, pickle.UnpicklingError, EOFError):
+        return None
+    return request if isinstance(request, dict) else None
+
+
+def _exit(spares: Spares) -> NoReturn:
+    spares.discard()
+    _leave_no_files()
+    os._exit(0)
+
+
+def _compiling_modules_loaded() -> int:
+    return sum(name in sys.modules for name in PRELOAD_FOR_COMPILING)
+
+
+class Learner:
+    """Loads what test processes needed, so that the next ones find it loaded: trusted modules
+    at once, plugins only where a trial fork shows that importing them keeps forks sound."""
+
+    def __init__(self) -> None:
+        self.tried: set[str] = set()
+
+    def load(self, needed: ModuleLists) -> None:
+        for name in needed["modules"]:
+            if trusted(name) and name not in sys.modules:
+                preload(name)
+        plugins = [
+            name for name in needed["plugins"] if name not in sys.modules and name not in self.tried
+        ]
+        self.tried.update(plugins)
+        if plugins and not _fork_stays_sound_after_importing(plugins):
+            plugins = [
+                name
+                for name in plugins
+                if len(plugins) > 1 and _fork_stays_sound_after_importing([name])
+            ]
+        for name in plugins:
+            preload(name)
+
+
+def _fork_stays_sound_after_importing(names: list[str]) -> bool:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for name in names:
+                importlib.import_module(name)
+            os._exit(0 if fork_hazard() is None else 1)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _leave_no_files() -> None:
+    """A parent that was killed cannot remove its session folder, our working directory: we do."""
+    if os.getppid() == _PARENT:
+        return  # the parent is alive and removes it itself
+    folder = Path.cwd()
+    if folder.name.startswith(SESSION_FOLDER_PREFIX):
+        shutil.rmtree(folder, ignore_errors=True)
