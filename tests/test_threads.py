@@ -286,7 +286,7 @@ def test_a_thread_that_cannot_start_does_not_deadlock_the_others(
         ("cudagraph_thread(thread=2)", "unknown argument 'thread' (known: threads, *"),
         (
             "cudagraph_thread(2, 3)",
-            "takes only threads as a positional argument, got 3: pass it by keyword, e.g. timeout=3",
+            "takes only threads as a positional argument, got 3: *e.g. timeout=3",
         ),
     ],
 )
