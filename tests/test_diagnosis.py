@@ -210,8 +210,9 @@ def test_plugins_can_name_other_errors(ourtester: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*[[]cudagraph-thread-0] kind: host-oom",
-            "*[[]cudagraph-thread-0] hint: cudagraph-thread-0 ran out of host memory",
+            "*[[]cudagraph-thread-0] raised this",
+            "*kind: host-oom",
+            "*hint: cudagraph-thread-0 ran out of host memory",
         ]
     )
 

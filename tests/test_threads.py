@@ -133,7 +133,7 @@ def test_every_failing_thread_is_shown_under_its_name(ourtester: pytest.Pytester
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*cudagraph_thread: 2 of 3 threads failed*",
+            "*cudagraph_thread: 2 of 3 threads failed, 2 different ways*",
             "*AssertionError: cudagraph-thread-0",
             "*assert 41 == 42",
             "*[[]cudagraph-thread-0] raised this",
@@ -397,12 +397,12 @@ def test_pre_2_13_missing_thread_state_is_named_and_tls_init_fixes_it(
     result.assert_outcomes(failed=1, passed=2)
     result.stdout.fnmatch_lines(
         [
-            "*cudagraph_thread: 2 of 2 threads failed*",
             "*in get_container*",
             "*in get_obj*",
             "*AssertionError*",
-            "*[[]cudagraph-thread-0] kind: tls-missing",
-            "*[[]cudagraph-thread-0] hint: *ensure_cudagraph_tls()*",
+            "*[[]2 of 2 threads: cudagraph-thread-0, cudagraph-thread-1] raised this",
+            "*kind: tls-missing",
+            "*hint: *ensure_cudagraph_tls()*",
         ]
     )
 
@@ -510,3 +510,58 @@ def test_tls_init_keeps_one_threads_fx_tracing_from_failing_anothers_compiled_ca
     )
     ourtester.makepyfile(FX_RACE_SUITE.format(tls="init"))
     ourtester.runpytest().assert_outcomes(passed=2)
+
+
+def test_threads_failing_alike_show_one_traceback_in_one_screen(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(
+        test_alike="""
+        import pytest
+
+        @pytest.mark.cudagraph_thread(threads=8)
+        def test_drafters():
+            assert 1 + 1 == 3
+        """
+    )
+    result = ourtester.runpytest("-p", "no:warnings")
+    result.assert_outcomes(failed=1)
+    failure = _failure_section(result.outlines)
+    assert len(failure) <= 25, "\n".join(failure)
+    assert sum("assert 1 + 1 == 3" in line for line in failure) == 1
+    result.stdout.fnmatch_lines(["*[[]8 of 8 threads: cudagraph-thread-0, *7] raised this"])
+    assert not any("pytest_cudagraph_guard" in line for line in failure)
+
+
+def test_threads_failing_differently_show_each_way_once(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(
+        test_ways="""
+        import threading
+        import pytest
+
+        @pytest.mark.cudagraph_thread(threads=4)
+        def test_drafters():
+            if threading.current_thread().name.endswith(("0", "1")):
+                raise ValueError("bad batch")
+            raise KeyError("missing step")
+        """
+    )
+    result = ourtester.runpytest("-p", "no:warnings")
+    result.assert_outcomes(failed=1)
+    failure = _failure_section(result.outlines)
+    assert len(failure) <= 25, "\n".join(failure)
+    result.stdout.fnmatch_lines(
+        [
+            "*cudagraph_thread: 4 of 4 threads failed, 2 different ways*",
+            "*ValueError: bad batch",
+            "*[[]2 of 4 threads: cudagraph-thread-0, cudagraph-thread-1] raised this",
+            "*KeyError: 'missing step'",
+            "*[[]2 of 4 threads: cudagraph-thread-2, cudagraph-thread-3] raised this",
+        ]
+    )
+    assert not any("pytest_cudagraph_guard" in line for line in failure)
+
+
+def _failure_section(lines: list[str]) -> list[str]:
+    """The lines of the first failure, from its title to the next section."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("____"))
+    end = next(i for i, line in enumerate(lines) if i > start and line.startswith("===="))
+    return lines[start:end]

@@ -58,7 +58,12 @@ def thread_runner(
         switches=cudagraph_switches(options.trees),
     )
     item.stash[thread_run_key] = result
-    return lambda body: ThreadRun(body, options, result, diagnose_hook, settings_keys).run()
+
+    def run(body: Callable[[], Any]) -> None:
+        __tracebackhide__ = True
+        ThreadRun(body, options, result, diagnose_hook, settings_keys).run()
+
+    return run
 
 
 def _threaded(
@@ -66,6 +71,7 @@ def _threaded(
 ) -> Callable[..., Any]:
     @functools.wraps(body)
     def threaded(*args: Any, **kwargs: Any) -> None:
+        __tracebackhide__ = True
         run(functools.partial(body, *args, **kwargs))
 
     return threaded
@@ -95,6 +101,7 @@ class ThreadRun:
         self.bodies_done: set[str] = set()
 
     def run(self) -> None:
+        __tracebackhide__ = True
         _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
         # From torch 2.12 the threads' overrides live and die in their own contexts.
         before = config_state.Snapshot.take() if _torch.config_is_process_wide() else None
@@ -170,6 +177,7 @@ class ThreadRun:
             self.errors.setdefault(name, exc)
 
     def _conclude(self, stuck: list[threading.Thread]) -> None:
+        __tracebackhide__ = True
         for name in self.names:
             if name in self.errors:
                 self.result.errors.append(error_record(self.errors[name], name, self.diagnose_hook))
@@ -230,18 +238,44 @@ def _timeout_record(thread_name: str, timeout: float) -> ErrorEntry:
 def _raise_failures(
     failures: list[tuple[str, BaseException]], records: list[ErrorEntry], threads: int
 ) -> None:
+    """Raises what the threads raised, each different failure once: the threads that failed
+    alike share one traceback, which names them."""
+    __tracebackhide__ = True
     by_thread = {record["thread"]: record for record in records}
-    for name, exc in failures:
-        note = f"[{name}] raised this"
-        record = by_thread.get(name)
+    alike = _alike(failures)
+    for names, exc in alike:
+        note = f"{_who(names, threads)} raised this"
+        record = by_thread.get(names[0])
         if record is not None and record["kind"] not in (None, THREAD_ERROR):
-            note += f"\n[{name}] kind: {record['kind']}\n[{name}] hint: {record['hint']}"
+            note += f"\nkind: {record['kind']}\nhint: {record['hint']}"
         _add_note(exc, note)
-    if len(failures) == 1:
-        raise failures[0][1]
-    summary = f"{THREAD_MARKER}: {len(failures)} of {threads} threads failed"
-    group = _exception_group(summary, [exc for _, exc in failures])
-    raise group
+    if len(alike) == 1:
+        raise alike[0][1]
+    summary = (
+        f"{THREAD_MARKER}: {len(failures)} of {threads} threads failed, {len(alike)} different ways"
+    )
+    raise _exception_group(summary, [exc for _, exc in alike])
+
+
+def _alike(failures: list[tuple[str, BaseException]]) -> list[tuple[list[str], BaseException]]:
+    """The failures grouped by type, message and the lines they went through, in thread order;
+    each group keeps its first exception."""
+    groups: dict[tuple[Any, ...], tuple[list[str], BaseException]] = {}
+    for name, exc in failures:
+        names, _ = groups.setdefault(_signature(exc), ([], exc))
+        names.append(name)
+    return list(groups.values())
+
+
+def _signature(exc: BaseException) -> tuple[Any, ...]:
+    frames = tuple((f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__))
+    return (type(exc), str(exc), frames)
+
+
+def _who(names: list[str], threads: int) -> str:
+    if len(names) == 1:
+        return f"[{names[0]}]"
+    return f"[{len(names)} of {threads} threads: {', '.join(names)}]"
 
 
 def _add_note(exc: BaseException, note: str) -> None:
