@@ -398,11 +398,11 @@ def test_pre_2_13_missing_thread_state_is_named_and_tls_init_fixes_it(
     result.stdout.fnmatch_lines(
         [
             "*in get_container*",
-            "*in get_obj*",
             "*AssertionError*",
             "*[[]2 of 2 threads: cudagraph-thread-0, cudagraph-thread-1] raised this",
             "*kind: tls-missing",
             "*hint: *ensure_cudagraph_tls()*",
+            "*cudagraph_trees.py:*: AssertionError",
         ]
     )
 
