@@ -91,13 +91,7 @@ class LeakGuard:
             return
         message = leak_message(item.nodeid, changes, restored=True)
         if self.mode == "warn":
-            filename, lineno = _location(item)
-            warnings.warn_explicit(
-                CudagraphConfigLeakWarning(message),
-                CudagraphConfigLeakWarning,
-                filename=filename,
-                lineno=lineno,
-            )
+            _warn_at(item, message)
         elif self.mode == "fail" and may_fail:
             pytest.fail(f"cudagraph_guard: {message}", pytrace=False)
 
@@ -167,6 +161,21 @@ class LeakGuard:
             if id(cfg.module) not in self._counted:
                 _torch.count_changes(cfg.module)
                 self._counted[id(cfg.module)] = cfg.module
+
+
+def _warn_at(item: pytest.Item, message: str) -> None:
+    """Warns at the test's own line; where warnings are errors (``-W error``), the test errors
+    with the message alone, not the guard's source."""
+    filename, lineno = _location(item)
+    try:
+        warnings.warn_explicit(
+            CudagraphConfigLeakWarning(message),
+            CudagraphConfigLeakWarning,
+            filename=filename,
+            lineno=lineno,
+        )
+    except CudagraphConfigLeakWarning as error:
+        pytest.fail(f"{CudagraphConfigLeakWarning.__name__}: {error}", pytrace=False)
 
 
 def _location(item: pytest.Item) -> tuple[str, int]:
