@@ -18,6 +18,7 @@ zygote's start included; "each more" is the cost of one more marked test (24 tes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -118,29 +119,45 @@ def _env_with_bytecode() -> dict[str, str]:
     return env
 
 
-def timed(command: list[str], cwd: Path) -> float:
+def timed(command: list[str], cwd: Path, plugin_tree: Path | None = None) -> float:
+    """Seconds for one pytest run; ``plugin_tree``: another checkout whose plugin it loads."""
+    env = _env_with_bytecode()
+    if plugin_tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugin_tree), env.get("PYTHONPATH")]))
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "pytest", *command],
         cwd=cwd,
         check=True,
         stdout=subprocess.DEVNULL,
-        env=_env_with_bytecode(),
+        env=env,
     )
     return time.perf_counter() - start
 
 
-def measure(case: Case, tests: int, pairs: int, log: Callable[[str], None]) -> dict[str, object]:
+def against(case: Case) -> Case:
+    """The case with B the same suite and command as A, to run with another checkout's plugin."""
+    return dataclasses.replace(case, command_b=case.command_a, test_template_b=None, target=None)
+
+
+def measure(
+    case: Case,
+    tests: int,
+    pairs: int,
+    log: Callable[[str], None],
+    tree_b: Path | None = None,
+) -> dict[str, object]:
+    """Runs A and B alternately; ``tree_b``: B loads the plugin of that checkout."""
     with tempfile.TemporaryDirectory(prefix=f"cgg-bench-{case.name}-") as tmp:
         root_a, root_b = Path(tmp) / "a", Path(tmp) / "b"
         write_suite(root_a, case, tests, case.test_template)
         write_suite(root_b, case, tests, case.test_template_b or case.test_template)
         timed(case.command_a, root_a)  # warm the file system and bytecode caches
-        timed(case.command_b, root_b)
+        timed(case.command_b, root_b, tree_b)
         times_a, times_b = [], []
         for _ in range(pairs):
             times_a.append(timed(case.command_a, root_a))
-            times_b.append(timed(case.command_b, root_b))
+            times_b.append(timed(case.command_b, root_b, tree_b))
     ratios = [a / b for a, b in zip(times_a, times_b, strict=True)]
     ratio = statistics.median(ratios)
     per_test_ms = statistics.median(a - b for a, b in zip(times_a, times_b, strict=True))
@@ -250,6 +267,13 @@ def main(argv: list[str] | None = None) -> int:
         "--subprocess", action="store_true", help="measure the cudagraph_subprocess marker only"
     )
     parser.add_argument("--marked", type=int, default=8, help="marked tests for --subprocess (8)")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="CHECKOUT",
+        help="compare with another checkout of the plugin: A is this tree, B the same suite and "
+        "command with CHECKOUT's plugin (a ratio above 1: this tree is slower)",
+    )
     args = parser.parse_args(argv)
     if args.tests < 1 or args.pairs < 1:
         parser.error("--tests and --pairs must be positive")
@@ -261,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.subprocess:
         results = [measure_subprocess(args.pairs, print, args.marked)]
     else:
-        results = [measure(cases()[name], args.tests, args.pairs, print) for name in chosen]
+        results = [
+            measure(against(cases()[name]), args.tests, args.pairs, print, args.against.resolve())
+            if args.against
+            else measure(cases()[name], args.tests, args.pairs, print)
+            for name in chosen
+        ]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
