@@ -238,23 +238,37 @@ def _timeout_record(thread_name: str, timeout: float) -> ErrorEntry:
 def _raise_failures(
     failures: list[tuple[str, BaseException]], records: list[ErrorEntry], threads: int
 ) -> None:
-    """Raises what the threads raised, each different failure once: the threads that failed
-    alike share one traceback, which names them."""
+    """Raises the first thread's failure, naming every thread that failed alike; each other way
+    the threads failed follows once, as a note with its own short traceback."""
     __tracebackhide__ = True
     by_thread = {record["thread"]: record for record in records}
-    alike = _alike(failures)
-    for names, exc in alike:
-        note = f"{_who(names, threads)} raised this"
-        record = by_thread.get(names[0])
-        if record is not None and record["kind"] not in (None, THREAD_ERROR):
-            note += f"\nkind: {record['kind']}\nhint: {record['hint']}"
-        _add_note(exc, note)
-    if len(alike) == 1:
-        raise alike[0][1]
-    summary = (
-        f"{THREAD_MARKER}: {len(failures)} of {threads} threads failed, {len(alike)} different ways"
-    )
-    raise _exception_group(summary, [exc for _, exc in alike])
+    (names, first), *others = _alike(failures)
+    notes = [f"{_who(names, threads)} raised this", *_diagnosis_lines(by_thread.get(names[0]))]
+    if others:
+        ways = f"{len(others) + 1} different ways"
+        notes.insert(0, f"{THREAD_MARKER}: {len(failures)} of {threads} threads failed, {ways}")
+    for other_names, other in others:
+        notes += ["", f"{_who(other_names, threads)} raised, differently:", _short(other)]
+        notes += _diagnosis_lines(by_thread.get(other_names[0]))
+    first.__notes__ = [*getattr(first, "__notes__", []), *notes]
+    raise first
+
+
+def _diagnosis_lines(record: ErrorEntry | None) -> list[str]:
+    if record is None or record["kind"] in (None, THREAD_ERROR):
+        return []
+    return [f"kind: {record['kind']}", f"hint: {record['hint']}"]
+
+
+def _short(exc: BaseException) -> str:
+    """``exc``'s traceback from the test's code on, as Python prints it."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if frame.filename not in (__file__, threading.__file__)
+    ]
+    lines = traceback.format_list(frames) + traceback.format_exception_only(exc)
+    return "".join(lines).rstrip()
 
 
 def _alike(failures: list[tuple[str, BaseException]]) -> list[tuple[list[str], BaseException]]:
@@ -276,19 +290,3 @@ def _who(names: list[str], threads: int) -> str:
     if len(names) == 1:
         return f"[{names[0]}]"
     return f"[{len(names)} of {threads} threads: {', '.join(names)}]"
-
-
-def _add_note(exc: BaseException, note: str) -> None:
-    notes = list(getattr(exc, "__notes__", []))
-    if note not in notes:
-        exc.__notes__ = [*notes, note]
-
-
-def _exception_group(message: str, errors: list[BaseException]) -> BaseException:
-    return _BaseExceptionGroup(message, errors)
-
-
-if sys.version_info >= (3, 11):
-    _BaseExceptionGroup = BaseExceptionGroup  # noqa: F821 (a builtin from 3.11)
-else:
-    from exceptiongroup import BaseExceptionGroup as _BaseExceptionGroup
