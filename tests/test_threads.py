@@ -565,3 +565,33 @@ def _failure_section(lines: list[str]) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.startswith("____"))
     end = next(i for i, line in enumerate(lines) if i > start and line.startswith("===="))
     return lines[start:end]
+
+
+def test_threads_failing_alike_through_code_generated_for_each_are_one_failure(
+    ourtester: pytest.Pytester,
+) -> None:
+    """As with torch: each thread runs code compiled for it (its own file) into one assert."""
+    ourtester.makepyfile(
+        test_generated="""
+        import threading
+        import pytest
+
+        def shared_check():
+            assert False, "no thread state"
+
+        def generated_for_this_thread():
+            name = threading.current_thread().name
+            namespace = {"shared_check": shared_check}
+            source = "def step():\\n    shared_check()\\n"
+            exec(compile(source, f"/tmp/generated-{name}.py", "exec"), namespace)
+            return namespace["step"]
+
+        @pytest.mark.cudagraph_thread(threads=3)
+        def test_drafters():
+            generated_for_this_thread()()
+        """
+    )
+    result = ourtester.runpytest("-p", "no:warnings")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]3 of 3 threads: cudagraph-thread-0, *2] raised this"])
+    result.stdout.no_fnmatch_line("*differently*")

@@ -25,6 +25,7 @@ from ..core.settings import cudagraph_switches
 
 THREAD_NAME = "cudagraph-thread-{index}"
 RELEASE_GRACE_S = 30.0
+SHORT_TRACEBACK_ENDS = 2  # frames kept at each end of another thread's traceback
 
 
 @contextmanager
@@ -267,8 +268,16 @@ def _short(exc: BaseException) -> str:
         for frame in traceback.extract_tb(exc.__traceback__)
         if frame.filename not in (__file__, threading.__file__)
     ]
-    lines = traceback.format_list(frames) + traceback.format_exception_only(exc)
-    return "".join(lines).rstrip()
+    if len(frames) > SHORT_TRACEBACK_ENDS * 2:
+        skipped = len(frames) - SHORT_TRACEBACK_ENDS * 2
+        lines = [
+            *traceback.format_list(frames[:SHORT_TRACEBACK_ENDS]),
+            f"  ... {skipped} more frames ...\n",
+            *traceback.format_list(frames[-SHORT_TRACEBACK_ENDS:]),
+        ]
+    else:
+        lines = traceback.format_list(frames)
+    return "".join(lines + traceback.format_exception_only(exc)).rstrip()
 
 
 def _alike(failures: list[tuple[str, BaseException]]) -> list[tuple[list[str], BaseException]]:
@@ -282,8 +291,11 @@ def _alike(failures: list[tuple[str, BaseException]]) -> list[tuple[list[str], B
 
 
 def _signature(exc: BaseException) -> tuple[Any, ...]:
-    frames = tuple((f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__))
-    return (type(exc), str(exc), frames)
+    """What makes two failures alike: type, message, and where they began and ended. The
+    frames between may differ, since each thread may run code that torch generated for it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ends = [(f.filename, f.lineno) for f in (frames[:1] + frames[-1:])]
+    return (type(exc), str(exc), *ends)
 
 
 def _who(names: list[str], threads: int) -> str:
