@@ -34,6 +34,21 @@ TRIVIAL_TEST = "def test_{i}():\n    pass\n"
 THREAD_TEST = "@pytest.mark.cudagraph_thread\ndef test_{i}():\n    pass\n"
 THREAD_CONFTEST = "import torch._inductor.config\nimport torch._inductor.cudagraph_trees\n"
 TORCH_CONFTEST = "import torch\nimport torch._inductor.config\n"
+# What real suites that compile look like: dynamo imported, its state reset around each test.
+DYNAMO_CONFTEST = """
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.config
+import torch._inductor.config
+import torch._inductor.cudagraph_trees
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+"""
 NO_TORCH_CONFTEST = """
 import sys
 
@@ -86,6 +101,43 @@ def cases() -> dict[str, Case]:
             command_a=[*plain, "--cudagraph-report"],
             command_b=plugin_off,
             target=1.05,
+        ),
+        "guard-dynamo": Case(
+            name="guard-dynamo",
+            what="conftest imports dynamo and resets it per test; plugin on / off",
+            conftest=DYNAMO_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=plain,
+            command_b=plugin_off,
+            target=1.02,
+        ),
+        "report-dynamo": Case(
+            name="report-dynamo",
+            what="conftest imports dynamo and resets it per test; --cudagraph-report / plugin off",
+            conftest=DYNAMO_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=[*plain, "--cudagraph-report"],
+            command_b=plugin_off,
+            target=1.05,
+        ),
+        "thread-dynamo": Case(
+            name="thread-dynamo",
+            what="conftest imports dynamo, resets it per test; @cudagraph_thread / unmarked",
+            conftest=DYNAMO_CONFTEST,
+            test_template=THREAD_TEST,
+            test_template_b=TRIVIAL_TEST,
+            command_a=plain,
+            command_b=plain,
+            per_test_ms_target=0.5,
+        ),
+        "threads-option": Case(
+            name="threads-option",
+            what="conftest imports dynamo, resets it per test; --cudagraph-threads=1 / without",
+            conftest=DYNAMO_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=[*plain, "--cudagraph-threads=1"],
+            command_b=plain,
+            per_test_ms_target=0.5,
         ),
         "thread": Case(
             name="thread",
