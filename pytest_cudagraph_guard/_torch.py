@@ -520,6 +520,13 @@ def creates_thread_state_lazily(trees: ModuleType) -> bool:
     return hasattr(trees, "_initialize_tls")
 
 
+def fx_tracing_is_per_thread() -> bool:
+    """Whether FX's symbolic-tracing flag is per thread (2.14+), so that one thread's tracing
+    cannot fail another thread's compiled call."""
+    tracing = sys.modules.get("torch.fx._symbolic_trace")
+    return tracing is not None and hasattr(tracing, "_is_fx_tracing_tls")
+
+
 def serializes_captures(trees: ModuleType) -> bool:
     """Whether this torch takes ``graph_capture_lock`` around warm-up and capture (2.13+)."""
     return hasattr(trees, "graph_capture_lock")
@@ -579,7 +586,7 @@ def release_cudagraph_tls() -> None:
 # What ``tls="init"`` adds for the duration of a run, reference-counted: on torch < 2.13 one
 # process-wide lock around tree-manager creation, warm-up and capture, where 2.13 takes
 # ``graph_capture_lock``; and, on every release, dynamo's "FX-traces a compiled function" check
-# made per thread. That check reads ``torch.fx``'s tracing flag, which is process-wide: while one
+# made per thread. That check reads ``torch.fx``'s tracing flag, process-wide before 2.14: while one
 # thread traces (AOT autograd, during its compile), a compiled call in any other thread raises
 # "Detected that you are using FX to symbolically trace a dynamo-optimized function". Functions
 # that ``torch.compile`` wrapped before the run keep the check they captured then.
