@@ -3,7 +3,7 @@
     nox -s tests                       # the three runs below, on Python 3.11
     nox -s "tests(torch='2.13.0')"     # the README's test run
     nox -s "tests(torch='2.14.1')"     # a CUDA build, about 5.5 GB
-    nox -s "tests(pytest='8.0')"       # the oldest pytest the package allows, beside torch 2.13.0
+    nox -s "tests(pytest='oldest')"    # the oldest pytest pyproject allows, beside torch 2.13.0
     nox -s notorch                     # Python 3.10, 3.12 and 3.13, torch not installed
     nox -s notorch-3.12
     nox -s latest                      # the newest torch on the index; a download of GBs, not in CI
@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import nox
 import tomllib
@@ -27,9 +28,9 @@ import tomllib
 TESTS_PYTHON = "3.11"
 NOTORCH_PYTHONS = ["3.10", "3.12", "3.13"]
 TESTS_MATRIX = [
-    nox.param("2.13.0", None, id="torch='2.13.0'"),
-    nox.param("2.14.1", None, id="torch='2.14.1'"),
-    nox.param("2.13.0", "8.0", id="pytest='8.0'"),
+    nox.param("2.13.0", False, id="torch='2.13.0'"),
+    nox.param("2.14.1", False, id="torch='2.14.1'"),
+    nox.param("2.13.0", True, id="pytest='oldest'"),
 ]
 NOTORCH_TESTS = "tests/notorch"
 # This machine's pip configuration caps torch through a constraints file; an empty one lifts it.
@@ -55,14 +56,31 @@ def _pyenv_version_names(wanted: list[str]) -> str | None:
 
 
 def _pyenv(*args: str) -> str:
-    return subprocess.run(["pyenv", *args], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["pyenv", *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+    return project
 
 
 def _dependencies_without_torch() -> list[str]:
     """The package's dependencies and its ``test`` extra, torch left out."""
-    project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+    project = _project()
     requirements = [*project["dependencies"], *project["optional-dependencies"]["test"]]
     return [r for r in requirements if re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0] != "torch"]
+
+
+def _oldest_pytest() -> str:
+    """The oldest pytest release series the package allows: ``pytest>=8`` gives ``8.0.*``."""
+    floor = next(
+        match[1]
+        for requirement in _project()["dependencies"]
+        if (match := re.fullmatch(r"pytest\s*>=\s*(\d+(?:\.\d+)?)(?:\.\d+)*", requirement))
+    )
+    return f"{floor}.*" if "." in floor else f"{floor}.0.*"
 
 
 def _run_suite(session: nox.Session) -> None:
@@ -70,10 +88,10 @@ def _run_suite(session: nox.Session) -> None:
 
 
 @nox.session(python=TESTS_PYTHON)
-@nox.parametrize(("torch", "pytest"), TESTS_MATRIX)
-def tests(session: nox.Session, torch: str, pytest: str | None) -> None:
+@nox.parametrize(("torch", "oldest_pytest"), TESTS_MATRIX)
+def tests(session: nox.Session, torch: str, oldest_pytest: bool) -> None:
     """The suite on one torch release (and, for one run, the oldest pytest allowed)."""
-    pins = [f"torch=={torch}", *([f"pytest=={pytest}.*"] if pytest else [])]
+    pins = [f"torch=={torch}", *([f"pytest=={_oldest_pytest()}"] if oldest_pytest else [])]
     session.install(*pins, "-e", ".[test]")
     _run_suite(session)
 
