@@ -104,7 +104,7 @@ def notorch(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", f"--confcutdir={NOTORCH_TESTS}", NOTORCH_TESTS)
 
 
-@nox.session(python=TESTS_PYTHON, default=False)
+@nox.session(python=TESTS_PYTHON)
 def latest(session: nox.Session) -> None:
     """The suite on the newest torch on the index, this machine's torch cap lifted."""
     session.install("--upgrade", "torch", "-e", ".[test]", env=NO_CONSTRAINTS)
