@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -111,6 +112,28 @@ def test_other_errors_are_thread_errors_outside_the_main_thread_only() -> None:
     assert "'drafter-1'" in found.hint
     assert g.diagnose(error) is None
     assert g.diagnose(error, threading.main_thread().name) is None
+
+
+NESTED_FX_TRACE = (
+    "Detected that you are using FX to symbolically trace a dynamo-optimized function. "
+    "This is not supported at the moment."
+)
+
+
+@pytest.mark.parametrize("per_thread", [False, True])
+def test_the_nested_fx_tracing_hint_names_what_this_torch_does(
+    per_thread: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracing = importlib.import_module("torch.fx._symbolic_trace")
+    if per_thread:
+        monkeypatch.setattr(tracing, "_is_fx_tracing_tls", threading.local(), raising=False)
+    else:
+        monkeypatch.delattr(tracing, "_is_fx_tracing_tls", raising=False)
+    found = g.diagnose(RuntimeError(NESTED_FX_TRACE), "drafter-1")
+    assert found is not None
+    assert found.kind == "thread-error"
+    assert ("keeps that flag per thread" in found.hint) is per_thread
+    assert ("process-wide" in found.hint) is not per_thread
 
 
 @pytest.mark.usefixtures("legacy_get_obj")

@@ -39,6 +39,7 @@ from .runtime import (
 from .trees import (
     creates_thread_state_lazily,
     ensure_cudagraph_tls,
+    fx_tracing_is_per_thread,
     import_cudagraph_trees,
     release_cudagraph_tls,
     reset_compiled_state,
@@ -66,6 +67,7 @@ __all__ = [
     "ensure_cudagraph_tls",
     "env_names",
     "env_variables_read",
+    "fx_tracing_is_per_thread",
     "import_config",
     "import_cudagraph_trees",
     "import_torch",

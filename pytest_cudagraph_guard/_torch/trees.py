@@ -79,6 +79,13 @@ def creates_thread_state_lazily(trees: ModuleType) -> bool:
     return hasattr(trees, "_initialize_tls")
 
 
+def fx_tracing_is_per_thread() -> bool:
+    """Whether FX's symbolic-tracing flag is per thread (2.14+), so that one thread's tracing
+    cannot fail another thread's compiled call."""
+    tracing = sys.modules.get("torch.fx._symbolic_trace")
+    return tracing is not None and hasattr(tracing, "_is_fx_tracing_tls")
+
+
 def serializes_captures(trees: ModuleType) -> bool:
     """Whether this torch takes ``graph_capture_lock`` around warm-up and capture (2.13+)."""
     return hasattr(trees, "graph_capture_lock")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from ..conftest import QUIET_INI
+from ..torch_fixes import LAZY_THREAD_STATE
 from .drafters import drafter_suite
-from .test_gpu_threads import BEFORE_2_13
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_recordings_replays_and_a_skip_with_its_reason(gpu_tester: pytest.Pytest
     assert found["test_cpu_tensor"]["settings"]["triton.cudagraphs"]["source"] == "compile"
 
 
-@pytest.mark.skipif(not BEFORE_2_13, reason="torch >= 2.13 creates the thread state itself")
+@LAZY_THREAD_STATE.skip_where_fixed
 def test_tls_missing_in_the_report(gpu_tester: pytest.Pytester) -> None:
     gpu_tester.makepyfile(drafter_suite(threads=2, tls="native"))
     result = gpu_tester.runpytest_subprocess(
