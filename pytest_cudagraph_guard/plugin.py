@@ -28,6 +28,7 @@ from .core.markers import (
 from .core.options import add_options, suite_options
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
+from .notices import NoticesPlugin
 from .report.formats import FORMAT_HELP, requested_formats
 from .suite import SuitePlugin
 from .threads.plugin import ThreadsPlugin
@@ -120,6 +121,7 @@ def pytest_configure(config: pytest.Config) -> None:
         guard = LeakGuard(mode)
         config.pluginmanager.register(guard, plugin_names.LEAK_GUARD)
         config.add_cleanup(guard.close)
+    config.pluginmanager.register(NoticesPlugin(), plugin_names.NOTICES)  # after the guard
     config.pluginmanager.register(ThreadsPlugin(), plugin_names.THREADS)
     formats = requested_formats(config)
     if formats:
