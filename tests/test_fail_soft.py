@@ -256,7 +256,7 @@ def test_a_bug_of_ours_in_an_observer_never_reaches_the_users_compile(
     result.stdout.fnmatch_lines(
         [
             "*CudagraphGuardWarning: cudagraph_guard internal error in --cudagraph-report *"
-            "compile counts and their options stop for this session*",
+            "turned off for this session: compile counts and their options. *",
             "*Traceback (most recent call last):*",
             "*ZeroDivisionError: a bug of ours*",
         ]

@@ -29,7 +29,7 @@ def test_a_bug_of_ours_is_an_internal_error_and_the_config_is_still_restored(
     result.stdout.fnmatch_lines(
         [
             "*CudagraphGuardWarning: cudagraph_guard internal error in --cudagraph-guard *"
-            "leak checks stop for this session*",
+            "turned off for this session: leak checks. *",
             "*Traceback (most recent call last):*",
             "*leak_guard.py*",
             "*TypeError: 'NoneType' object is not callable",
@@ -53,6 +53,9 @@ def test_a_value_that_cannot_be_copied_is_named_once_and_its_replacement_still_c
                 raise TypeError("cannot copy this pass")
 
         ic.post_grad_custom_post_pass = Uncopyable()
+
+        def pytest_unconfigure(config):
+            ic.post_grad_custom_post_pass = None
         """
     )
     ourtester.makepyfile(

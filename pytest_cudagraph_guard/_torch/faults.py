@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 class Loss(NamedTuple):
     """A part of the plugin that can stop on its own: the feature it belongs to, and what the
-    user no longer gets when it stops."""
+    user does not get while it is stopped."""
 
     feature: str
     loses: str
@@ -80,8 +80,8 @@ def note_internal_error(loss: Loss, error: BaseException) -> None:
     trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     notice_once(
         f"internal:{loss.feature}:{loss.loses}",
-        f"cudagraph_guard internal error in {loss.feature} (torch {torch_release()}): "
-        f"{loss.loses} stop for this session; the tests run on unchanged. Please report it "
+        f"cudagraph_guard internal error in {loss.feature} (torch {torch_release()}), turned "
+        f"off for this session: {loss.loses}. The tests run on unchanged; please report it "
         f"with this traceback:\n{trace}",
     )
 
@@ -91,10 +91,6 @@ def note_uncopyable(name: str) -> None:
         f"uncopyable:{name}",
         f"cudagraph_guard cannot snapshot `{name}`: in-place changes to it are not tracked",
     )
-
-
-def stopped(loss: Loss) -> bool:
-    return loss in _STATE.stopped
 
 
 def run_ours(loss: Loss, action: Callable[..., T], *args: Any) -> T | None:

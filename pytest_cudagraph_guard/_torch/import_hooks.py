@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from .faults import Loss, run_ours
 
-_HOOKING: Final = Loss("cudagraph_guard", "what it does once a torch module is imported")
+_HOOKING: Final = Loss("cudagraph_guard", "its work on torch modules as they are imported")
 
 
 def run_after_import(name: str, action: Callable[[], None], loss: Loss | None = None) -> bool:
