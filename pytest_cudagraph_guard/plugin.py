@@ -26,6 +26,7 @@ from .core.options import add_options, suite_options
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .isolation.plugin import IsolationPlugin, is_child
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
+from .notices import NoticesPlugin
 from .report.formats import FORMAT_HELP, requested_formats
 from .suite import SuitePlugin
 from .threads.plugin import ThreadsPlugin
@@ -112,6 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
         guard = LeakGuard(mode)
         register(guard, plugin_names.LEAK_GUARD)
         config.add_cleanup(guard.close)
+    register(NoticesPlugin(), plugin_names.NOTICES)  # after the guard: its teardown is outermost
     register(ThreadsPlugin(), plugin_names.THREADS)
     if not is_child(config):
         register(IsolationPlugin(config), plugin_names.ISOLATION)

@@ -11,19 +11,23 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, Final
 
-from .patches import PATCHES, swap_class
+from .faults import note_missing
+from .patches import PATCHES, PatchRow, owner_path, swap_class
+
+_SWAP_FAILURES: Final = (AttributeError, KeyError, TypeError, ValueError)
 
 
 class _CountingState:
-    """The change count, the modules counting (with their own class and users), and the
-    counting subclass made for each entry class."""
+    """The change count, the modules counting (with their own class and users), the counting
+    subclass made for each entry class, and whether a class could not be swapped."""
 
-    __slots__ = ("changes", "entry_classes", "modules")
+    __slots__ = ("changes", "entry_classes", "incomplete", "modules")
 
     def __init__(self) -> None:
         self.changes = 0
         self.modules: dict[int, tuple[ModuleType, type, int]] = {}
         self.entry_classes: dict[type, type] = {}
+        self.incomplete = False
 
 
 _STATE: Final = _CountingState()
@@ -33,13 +37,34 @@ def change_count() -> int:
     return _STATE.changes
 
 
+def counts_every_change() -> bool:
+    """Whether ``change_count`` sees every write: False once a class could not be swapped on
+    this torch, so that "the count did not move" proves nothing."""
+    return not _STATE.incomplete
+
+
 def count_changes(module: ModuleType) -> None:
-    """Makes ``module`` count attribute writes; nested calls are reference-counted."""
+    """Makes ``module`` count attribute writes; nested calls are reference-counted. Where this
+    torch's classes cannot be swapped, the loss is noted and ``counts_every_change`` is False."""
     key = id(module)
     if key in _STATE.modules:
         mod, original, users = _STATE.modules[key]
         _STATE.modules[key] = (mod, original, users + 1)
         return
+    try:
+        _start_counting(module)
+    except _SWAP_FAILURES as error:
+        _STATE.incomplete = True
+        stop_counting(module)
+        _note_unswappable(PATCHES["counting.config_module_class"], module, error)
+
+
+def _note_unswappable(row: PatchRow, owner: object, error: Exception) -> None:
+    note_missing(row.loss, f"{owner_path(owner)}.{row.attribute}", f"cannot be swapped ({error})")
+
+
+def _start_counting(module: ModuleType) -> None:
+    key = id(module)
     original = type(module)
     bypass: Iterable[str] = module.__dict__.get("_bypass_keys", ())
     bypass_keys = frozenset(bypass)
@@ -90,10 +115,15 @@ def _count_entry_writes(module: ModuleType) -> None:
         cls = type(entry)
         if not hasattr(cls, "__dataclass_fields__") or cls in classes.values():
             continue
-        counting = classes.get(cls)
-        if counting is None:
-            counting = classes[cls] = _entry_class_counting(cls)
-        swap_class(PATCHES["counting.config_entry_class"], entry, counting, owner=cls)
+        try:
+            counting = classes.get(cls)
+            if counting is None:
+                counting = classes[cls] = _entry_class_counting(cls)
+            swap_class(PATCHES["counting.config_entry_class"], entry, counting, owner=cls)
+        except _SWAP_FAILURES as error:
+            _STATE.incomplete = True
+            _note_unswappable(PATCHES["counting.config_entry_class"], cls, error)
+            return
 
 
 def _entry_class_counting(cls: type) -> type:

@@ -19,8 +19,9 @@ from typing import Any, Final
 
 from .config_access import CUDAGRAPH_SWITCHES
 from .cudagraph_settings import cudagraph_switches_here
+from .faults import Loss, run_ours
 from .import_hooks import OnEachImport
-from .patches import PATCHES, Patches
+from .patches import PATCHES, Patches, owner_class
 from .trees import CUDAGRAPH_TREES
 
 Observer = Callable[[str, dict[str, Any]], None]
@@ -86,20 +87,30 @@ def _options_of(config_patches: Any) -> dict[str, Any]:
 
 
 def _observed_compile_fx(compile_fx: Any) -> Any:
-    @functools.wraps(compile_fx)
-    def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
+    loss = PATCHES["observe.compile_fx"].loss
+
+    def observe(kwargs: dict[str, Any]) -> None:
         options = _options_of(kwargs.get("config_patches"))
         if options or not kwargs.get("inner_compile"):
             _emit("compile", {"options": options, "settings": cudagraph_switches_here()})
+
+    @functools.wraps(compile_fx)
+    def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
+        run_ours(loss, observe, kwargs)
         return compile_fx(*args, **kwargs)
 
     return compile_fx_observed
 
 
 def _observed_cudagraphify(cudagraphify: Any) -> Any:
+    loss = PATCHES["observe.cudagraphify"].loss
+
+    def observe() -> None:
+        _emit("cudagraphify", {"trees": cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])})
+
     @functools.wraps(cudagraphify)
     def cudagraphify_observed(*args: Any, **kwargs: Any) -> Any:
-        _emit("cudagraphify", {"trees": cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])})
+        run_ours(loss, observe)
         return cudagraphify(*args, **kwargs)
 
     return cudagraphify_observed
@@ -109,17 +120,22 @@ def _observed_graph_method(method: Any) -> Any:
     """``CompiledFxGraph.__init__`` and ``post_compile`` (a graph loaded from the FX graph
     cache) count cudagraph skips, some without logging them; the reason is on the graph."""
     skipped = _STATE.skipped_graphs
+    loss = PATCHES["observe.graph_init"].loss  # the same loss as graph_post_compile's
 
-    @functools.wraps(method)
-    def method_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        before = skip_count()
-        result = method(self, *args, **kwargs)
-        if skip_count() > before and skipped.get(id(self)) is not self:
-            skipped[id(self)] = self  # torch may count one graph's skip twice
-            reason = getattr(self, "disabled_cudagraphs_reason", None) or "unknown"
+    def observe(graph: Any, before: int) -> None:
+        if skip_count() > before and skipped.get(id(graph)) is not graph:
+            skipped[id(graph)] = graph  # torch may count one graph's skip twice
+            reason = getattr(graph, "disabled_cudagraphs_reason", None) or "unknown"
             if not str(reason).startswith("skipping cudagraphs"):
                 reason = f"skipping cudagraphs due to {reason}"
             _emit("skip", {"reason": str(reason)})
+
+    @functools.wraps(method)
+    def method_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = run_ours(loss, skip_count)
+        result = method(self, *args, **kwargs)
+        if before is not None:
+            run_ours(loss, observe, self, before)
         return result
 
     return method_observed
@@ -141,21 +157,27 @@ def _observed_manager_init(init: Any) -> Any:
 
 def _observed_capture_end(capture_end: Any) -> Any:
     in_init = _STATE.in_manager_init
+    loss = PATCHES["observe.capture_end"].loss
+
+    def observe() -> None:
+        if not getattr(in_init, "active", False):
+            _emit("recorded", {})
 
     @functools.wraps(capture_end)
     def capture_end_observed(*args: Any, **kwargs: Any) -> Any:
         result = capture_end(*args, **kwargs)
-        if not getattr(in_init, "active", False):
-            _emit("recorded", {})
+        run_ours(loss, observe)
         return result
 
     return capture_end_observed
 
 
 def _observed_replay(replay: Any) -> Any:
+    loss = PATCHES["observe.replay"].loss
+
     @functools.wraps(replay)
     def replay_observed(*args: Any, **kwargs: Any) -> Any:
-        _emit("replay", {})
+        run_ours(loss, _emit, "replay", {})
         return replay(*args, **kwargs)
 
     return replay_observed
@@ -167,20 +189,27 @@ def _patch_compile_fx(module: ModuleType) -> None:
 
 
 def _patch_compiled_graph(module: ModuleType) -> None:
+    """Only where ``CompiledFxGraph`` has ``post_compile``; a class that inherits it or its
+    ``__init__`` has changed shape."""
     graph = getattr(module, "CompiledFxGraph", None)
-    if isinstance(graph, type) and "post_compile" in graph.__dict__:
+    if isinstance(graph, type) and hasattr(graph, "post_compile"):
         _STATE.patches.apply(PATCHES["observe.graph_init"], graph, _observed_graph_method)
         _STATE.patches.apply(PATCHES["observe.graph_post_compile"], graph, _observed_graph_method)
 
 
 def _patch_trees(module: ModuleType) -> None:
-    manager = module.CUDAGraphTreeManager
-    _STATE.patches.apply(PATCHES["observe.manager_init"], manager, _observed_manager_init)
+    row = PATCHES["observe.manager_init"]
+    manager = owner_class(module, "CUDAGraphTreeManager", row)
+    if manager is not None:
+        _STATE.patches.apply(row, manager, _observed_manager_init)
 
 
 def _patch_graphs(module: ModuleType) -> None:
-    _STATE.patches.apply(PATCHES["observe.capture_end"], module.CUDAGraph, _observed_capture_end)
-    _STATE.patches.apply(PATCHES["observe.replay"], module.CUDAGraph, _observed_replay)
+    rows = PATCHES["observe.capture_end"], PATCHES["observe.replay"]
+    graph = owner_class(module, "CUDAGraph", *rows)
+    if graph is not None:
+        _STATE.patches.apply(rows[0], graph, _observed_capture_end)
+        _STATE.patches.apply(rows[1], graph, _observed_replay)
 
 
 _OBSERVED_MODULES: Final = {
@@ -192,10 +221,14 @@ _OBSERVED_MODULES: Final = {
 }
 
 
+_PATCHING: Final = Loss("--cudagraph-report", "activity of the modules not yet observed")
+
+
 def _patch_loaded(name: str, module: ModuleType) -> None:
+    """Runs inside the user's import of ``name``: what it raises never reaches the import."""
     if name not in _STATE.observed_names and _STATE.observers:
         _STATE.observed_names.add(name)
-        _OBSERVED_MODULES[name](module)
+        run_ours(_PATCHING, _OBSERVED_MODULES[name], module)
 
 
 def _not_yet_observed(name: str) -> bool:

@@ -155,11 +155,18 @@ def absorb(baseline: Snapshot, before: Snapshot, after: Snapshot) -> None:
                 baseline.env.pop(key, None)
 
 
+def _uncopied(kept: Any, value: Any) -> bool:
+    """Whether ``kept`` is ``value`` itself where a copy was wanted: in-place changes to it
+    cannot be seen, and the snapshot has said so."""
+    return kept is value and value is not UNSET and _torch.is_mutable(value)
+
+
 class QuickCheck:
     """An O(changes) test of "is the state still what ``Snapshot`` saw", for the hot path.
 
     It watches the config modules' own change counter, the environment, which config modules
-    are imported, every default object, and the values of mutable keys (changed in place).
+    are imported, every default object, and the values of mutable keys (changed in place; a
+    value that cannot be copied is named once by the snapshot and left out).
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -175,12 +182,14 @@ class QuickCheck:
             self._defaults.append((cfg, cfg.defaults_vector()))
             for key in cfg.mutable_keys(entries):
                 read = cfg.raw_reader(key)
-                override, default = read()
-                self._mutable.append(
-                    (read, (_torch.copy_value(override), _torch.copy_value(default)))
-                )
+                now = read()
+                kept = _torch.copy_value(now[0]), _torch.copy_value(now[1])
+                if not any(_uncopied(k, n) for k, n in zip(kept, now, strict=True)):
+                    self._mutable.append((read, kept))
 
     def unchanged(self) -> bool:
+        if not _torch.counts_every_change():
+            return False  # the count proves nothing: the caller compares in full
         if _torch.change_count() != self._count or _environ_data() != self._environ:
             return False
         for name, module in self._modules.items():
