@@ -122,15 +122,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(guard.close)
     config.pluginmanager.register(ThreadsPlugin(), plugin_names.THREADS)
     formats = requested_formats(config)
-    if formats:
+    if formats or options.fail_on:  # --cudagraph-fail-on reads the records
         from .report.plugin import ReportPlugin
-        from .report.writer import ReportWriter
 
-        report = ReportPlugin(config, formats)
+        report = ReportPlugin(config, formats, options.fail_on)
         report.start()
         config.pluginmanager.register(report, plugin_names.REPORT)
-        if not _is_xdist_worker(config) and not _is_subprocess_child(config):
-            config.pluginmanager.register(ReportWriter(formats), plugin_names.REPORT_WRITER)
+    if formats and not _is_xdist_worker(config) and not _is_subprocess_child(config):
+        from .report.writer import ReportWriter
+
+        writer = ReportWriter(formats, options.as_record())
+        config.pluginmanager.register(writer, plugin_names.REPORT_WRITER)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -16,10 +16,11 @@ from .config_access import (
     loaded_guarded_configs,
     nearest_keys,
 )
-from .counting import change_count, count_changes, stop_counting
+from .counting import alias_written, change_count, count_changes, stop_counting
 from .cudagraph_settings import (
     apply_cudagraph_settings,
     config_is_process_wide,
+    cudagraph_settings_here,
     cudagraph_switches_here,
     settings_can_wait_for_import,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "ConfigAccess",
     "RawEntry",
     "TorchNotInstalled",
+    "alias_written",
     "apply_cudagraph_settings",
     "change_count",
     "config_is_process_wide",
@@ -62,6 +64,7 @@ __all__ = [
     "count_changes",
     "creates_thread_state_lazily",
     "cuda_visible",
+    "cudagraph_settings_here",
     "cudagraph_switches_here",
     "ensure_cudagraph_tls",
     "env_names",

@@ -18,10 +18,12 @@ class _CountingState:
     """The change count, the modules counting (with their own class and users), and the
     counting subclass made for each entry class."""
 
-    __slots__ = ("changes", "entry_classes", "modules")
+    __slots__ = ("alias_writes", "changes", "entry_classes", "modules")
 
     def __init__(self) -> None:
         self.changes = 0
+        # "module.key" of a setting -> "module.alias" of the alias it was last written through
+        self.alias_writes: dict[str, str] = {}
         self.modules: dict[int, tuple[ModuleType, type, int]] = {}
         self.entry_classes: dict[type, type] = {}
 
@@ -31,6 +33,17 @@ _STATE: Final = _CountingState()
 
 def change_count() -> int:
     return _STATE.changes
+
+
+def alias_written(module_name: str, key: str) -> str | None:
+    """The dotted alias through which ``module_name.key`` was last written, if it was."""
+    return _STATE.alias_writes.get(f"{module_name}.{key}")
+
+
+def _aliases(module: ModuleType) -> dict[str, str]:
+    """``{alias key: dotted path of the setting it stands for}`` (2.6+)."""
+    config: dict[str, Any] = module.__dict__["_config"]
+    return {k: str(e.alias) for k, e in config.items() if getattr(e, "alias", None)}
 
 
 def count_changes(module: ModuleType) -> None:
@@ -44,11 +57,20 @@ def count_changes(module: ModuleType) -> None:
     bypass: Iterable[str] = module.__dict__.get("_bypass_keys", ())
     bypass_keys = frozenset(bypass)
     state = _STATE
+    aliases = _aliases(module)
+    prefix = f"{module.__name__}."
 
     def __setattr__(self: ModuleType, name: str, value: object) -> None:
-        if name not in bypass_keys:
-            state.changes += 1
-        original.__setattr__(self, name, value)
+        if name in bypass_keys:
+            original.__setattr__(self, name, value)
+            return
+        state.changes += 1
+        if state.alias_writes:
+            state.alias_writes.pop(prefix + name, None)
+        original.__setattr__(self, name, value)  # an alias writes its setting through here too
+        target = aliases.get(name)
+        if target is not None:
+            state.alias_writes[target] = prefix + name
 
     def __delattr__(self: ModuleType, name: str) -> None:
         if name not in bypass_keys:

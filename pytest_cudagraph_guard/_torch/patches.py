@@ -121,7 +121,26 @@ _ROWS: Final = (
         "__init__",
         "2.1+",
         "--cudagraph-report",
-        "the empty capture a tree manager makes to set up its pool is not counted as a recording",
+        "the empty capture a tree manager makes to set up its pool is not counted as a recording; "
+        "each manager is tagged with the thread that created it",
+    ),
+    PatchRow(
+        "observe.backend",
+        "torch._dynamo.output_graph.OutputGraph",
+        "call_user_compiler",
+        "2.1+",
+        "--cudagraph-report",
+        "every torch.compile backend call (eager, aot_eager, cudagraphs, custom callables), "
+        "named; inductor's own compiles are seen through compile_fx",
+    ),
+    PatchRow(
+        "observe.manager_run",
+        _MANAGER,
+        "run",
+        "2.1-2.12",
+        "--cudagraph-report",
+        "a CUDA graph recorded or replayed through a tree manager that another thread created "
+        "(one compiled function shared by threads): the cross-thread-graph finding",
     ),
     PatchRow(
         "observe.capture_end",
