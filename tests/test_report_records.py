@@ -291,7 +291,8 @@ def test_the_default_block_is_terse(ourtester: pytest.Pytester) -> None:
 
 
 class _StandInManager:
-    """Has what the observers read of a CUDAGraphTreeManager (torch < 2.13)."""
+    """Has what the observers read of a CUDAGraphTreeManager (torch < 2.13); named as torch's,
+    as the table of patches names its owner."""
 
     def __init__(self, device_index: int) -> None:
         self.ids_to_stack_traces = {
@@ -302,6 +303,10 @@ class _StandInManager:
     def run(self, new_inputs: list[Any], function_id: int) -> list[Any]:
         self.runs.append(threading.current_thread().name)
         return new_inputs
+
+
+_StandInManager.__module__ = "torch._inductor.cudagraph_trees"
+_StandInManager.__qualname__ = "CUDAGraphTreeManager"
 
 
 class _StandInTrees:
@@ -353,6 +358,9 @@ class Manager:
 
     def run(self, new_inputs, function_id):
         return new_inputs
+
+Manager.__module__ = "torch._inductor.cudagraph_trees"  # named as torch's, as the table of
+Manager.__qualname__ = "CUDAGraphTreeManager"  # patches names its owner
 
 class Trees:
     CUDAGraphTreeManager = Manager

@@ -22,7 +22,7 @@ from ..core.records import (
     new_test_record,
     no_activity,
 )
-from ..core.settings import effective_settings, settings_record, torch_env
+from ..core.settings import EnvReader, SettingsReader
 from .activity import TestActivity
 from .compiled_settings import compiled_settings
 from .fail_on import failure_text, findings
@@ -64,6 +64,9 @@ class ReportPlugin:
         self._current: TestActivity | None = None
         self._lock = threading.Lock()
         self._extra_keys: list[str] | None = None
+        self._settings = SettingsReader()
+        self._env = EnvReader()
+        self._torch_memos: dict[tuple[str, str], bool] = {}
         self._diagnose_hook = hook_diagnoser(config)
         self._thread_watch = ThreadExceptionWatch(self._diagnose_hook)
 
@@ -137,7 +140,7 @@ class ReportPlugin:
         return self._extra_keys
 
     def _settings_now(self) -> dict[str, SettingEntry]:
-        return settings_record(effective_settings(self.extra_keys()))
+        return self._settings.read(self.extra_keys())
 
     # -- one test ------------------------------------------------------------------------------
 
@@ -173,7 +176,7 @@ class ReportPlugin:
             outcome=overall_outcome(state.outcomes),
             where=threads.where if threads is not None else "main",
             settings=shown.settings,
-            env=_user_env(),
+            env=self._user_env(),
             activity=activity.as_record() if activity is not None else no_activity(),
             errors=_errors(state, threads, foreign_errors),
             leaks=item.stash.get(leaks_key, None),
@@ -181,6 +184,20 @@ class ReportPlugin:
             uses_plugin=_uses_plugin(item),
             applied_by=item.stash.get(applied_by_key, None),
         )
+
+    def _user_env(self) -> dict[str, str]:
+        """The relevant environment variables, less those torch set by itself."""
+        return {
+            name: value
+            for name, value in self._env.read().items()
+            if not self._torch_memo(name, value)
+        }
+
+    def _torch_memo(self, name: str, value: str) -> bool:
+        known = self._torch_memos.get((name, value))
+        if known is None:
+            known = self._torch_memos[(name, value)] = _torch.is_torch_env_memo(name, None, value)
+        return known
 
     # -- torch's events ------------------------------------------------------------------------
 
@@ -208,15 +225,6 @@ def _errors(
             errors += state.activity.divergences(threads.switches, threads.threads)
         errors += state.activity.cross_thread_graphs()
     return errors
-
-
-def _user_env() -> dict[str, str]:
-    """The relevant environment variables, less those torch set by itself."""
-    return {
-        name: value
-        for name, value in torch_env().items()
-        if not _torch.is_torch_env_memo(name, None, value)
-    }
 
 
 def _fail_teardown(report: pytest.TestReport, text: str) -> None:
