@@ -52,11 +52,13 @@ class SettingsReader:
         self._keys: list[str] = []
         self._readers: list[Callable[[], tuple[Any, Any]]] = []
         self._made_from: list[tuple[Any, Any]] = []
-        self._environ: dict[Any, Any] = {}
+        self._environ: list[tuple[Any, Any]] = []
         self._record: dict[str, SettingEntry] = {}
 
     def read(self, extra_keys: Iterable[str] = ()) -> dict[str, SettingEntry]:
-        config = _torch.import_config(_torch.INDUCTOR_CONFIG)
+        config = _torch.loaded_config(_torch.INDUCTOR_CONFIG)
+        if config is None:
+            config = _torch.import_config(_torch.INDUCTOR_CONFIG)
         keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
         if config is not self._config or keys != self._keys:
             self._config, self._keys = config, keys
@@ -66,11 +68,11 @@ class SettingsReader:
             return dict(self._record)
         self._record = settings_record(effective_settings(extra_keys))
         self._made_from = [_copied(read()) for read in self._readers]
-        self._environ = dict(_environ_data())
+        self._environ = _torch_environ()
         return dict(self._record)
 
     def _unchanged(self) -> bool:
-        if not self._made_from or _environ_data() != self._environ:
+        if not self._made_from or _torch_environ() != self._environ:
             return False
         differ = _torch.values_differ
         for read, (override, default) in zip(self._readers, self._made_from, strict=True):
@@ -84,9 +86,16 @@ def _copied(raw: tuple[Any, Any]) -> tuple[Any, Any]:
     return (_torch.copy_value(raw[0]), _torch.copy_value(raw[1]))
 
 
-def _environ_data() -> Any:
+def _torch_environ() -> list[tuple[Any, Any]]:
+    """The variables whose names start with ``TORCH`` (every prefix torch reads), as stored:
+    cheap to compare, unlike the whole environment (pytest sets PYTEST_CURRENT_TEST each phase)."""
     data = getattr(os.environ, "_data", None)
-    return data if isinstance(data, dict) else dict(os.environ)
+    if not isinstance(data, dict):
+        data = dict(os.environ)
+    return [(k, v) for k, v in data.items() if k[:5] in _TORCH_PREFIXES]
+
+
+_TORCH_PREFIXES: Final = (b"TORCH", "TORCH")
 
 
 def _source(
@@ -133,17 +142,17 @@ def settings_record(settings: dict[str, Setting]) -> dict[str, SettingEntry]:
 
 
 class EnvReader:
-    """``torch_env()``, made again only when the environment changed since the last call."""
+    """``torch_env()``, made again only when torch's variables changed since the last call."""
 
     def __init__(self) -> None:
-        self._environ: dict[Any, Any] | None = None
+        self._environ: list[tuple[Any, Any]] | None = None
         self._found: dict[str, str] = {}
 
     def read(self) -> dict[str, str]:
-        environ = _environ_data()
+        environ = _torch_environ()
         if environ != self._environ:
             self._found = torch_env()
-            self._environ = dict(environ)
+            self._environ = environ
         return dict(self._found)
 
 
