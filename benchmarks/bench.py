@@ -7,6 +7,7 @@ machine's drift hits both sides alike.
     python benchmarks/bench.py                 # every case, 5 pairs each
     python benchmarks/bench.py --pairs 3 --tests 200 --case guard
     python benchmarks/bench.py --subprocess    # the cudagraph_subprocess marker's cost
+    python benchmarks/bench.py --case report-json --tests 10000 --pairs 1  # JSON report's size
 
 The marker's cost is compared with a cold ``python -c "import torch"``, timed in the same run:
 per marked test, (marked - unmarked) / tests / cold import. "total" is for 8 trivial tests, the
@@ -69,6 +70,7 @@ class Case:
     target: float | None = None  # on the ratio A/B
     per_test_ms_target: float | None = None  # on (A - B) / tests
     test_template_b: str | None = None
+    output: str | None = None  # a file command A writes, whose size is reported
 
 
 def cases() -> dict[str, Case]:
@@ -138,6 +140,16 @@ def cases() -> dict[str, Case]:
             command_a=[*plain, "--cudagraph-threads=1"],
             command_b=plain,
             per_test_ms_target=0.5,
+        ),
+        "report-json": Case(
+            name="report-json",
+            what="conftest imports torch; --cudagraph-report=json:report.json / plugin off",
+            conftest=TORCH_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=[*plain, "--cudagraph-report=json:report.json"],
+            command_b=plugin_off,
+            target=1.05,
+            output="report.json",
         ),
         "thread": Case(
             name="thread",
@@ -210,6 +222,7 @@ def measure(
         for _ in range(pairs):
             times_a.append(timed(case.command_a, root_a))
             times_b.append(timed(case.command_b, root_b, tree_b))
+        output_bytes = (root_a / case.output).stat().st_size if case.output else None
     ratios = [a / b for a, b in zip(times_a, times_b, strict=True)]
     ratio = statistics.median(ratios)
     per_test_ms = statistics.median(a - b for a, b in zip(times_a, times_b, strict=True))
@@ -220,9 +233,11 @@ def measure(
     else:
         verdict = "ok" if case.target is None or ratio <= case.target else "OVER TARGET"
         goal = f"target <= {case.target}"
+    size = f"; {case.output}: {output_bytes} bytes" if output_bytes is not None else ""
     log(
         f"{case.name:8} {ratio:6.3f}  ({goal}, {verdict}; "
-        f"A median {statistics.median(times_a):.2f} s, B median {statistics.median(times_b):.2f} s)"
+        f"A median {statistics.median(times_a):.2f} s, B median {statistics.median(times_b):.2f} s"
+        f"{size})"
     )
     return {
         "case": case.name,
@@ -235,6 +250,7 @@ def measure(
         "per_test_ms_target": case.per_test_ms_target,
         "seconds_a": [round(t, 3) for t in times_a],
         "seconds_b": [round(t, 3) for t in times_b],
+        "output_bytes": output_bytes,
     }
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from . import _torch
 from .core.config_state import Change, QuickCheck, Snapshot, absorb, restore
+from .core.facts import leaks_key
 from .core.warnings import (
     CudagraphConfigLeakWarning,
     CudagraphGuardWarning,
@@ -109,6 +110,7 @@ class LeakGuard:
         changes = self._safely(self._leaked_changes) or []
         if not changes:
             return
+        item.stash[leaks_key] = [change.as_leak() for change in changes]
         message = leak_message(item.nodeid, changes, restored=True)
         if self.mode == "warn":
             _warn_at(item, message)

@@ -98,9 +98,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     return 0
 
 
-@pytest.hookimpl(
-    trylast=True
-)  # after pytest's own threading.excepthook, which the report's chains to
+@pytest.hookimpl(trylast=True)  # after pytest's threading.excepthook: the report chains to it
 def pytest_configure(config: pytest.Config) -> None:
     for doc in (THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, MAIN_THREAD_MARKER_DOC):
         config.addinivalue_line("markers", doc)
@@ -118,15 +116,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if not is_child(config):
         register(IsolationPlugin(config), plugin_names.ISOLATION)
     formats = requested_formats(config)
-    if formats:
+    if formats or options.fail_on:  # --cudagraph-fail-on reads the records
         from .report.plugin import ReportPlugin
-        from .report.writer import ReportWriter
 
-        report = ReportPlugin(config, formats)
+        report = ReportPlugin(config, formats, options.fail_on)
         report.start()
         register(report, plugin_names.REPORT)
-        if not _is_xdist_worker(config) and not is_child(config):
-            register(ReportWriter(formats), plugin_names.REPORT_WRITER)
+    if formats and not _is_xdist_worker(config) and not is_child(config):
+        from .report.writer import ReportWriter
+
+        register(ReportWriter(formats, options.as_record()), plugin_names.REPORT_WRITER)
 
 
 @pytest.hookimpl(tryfirst=True)

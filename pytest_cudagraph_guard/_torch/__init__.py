@@ -18,10 +18,17 @@ from .config_access import (
     loaded_guarded_configs,
     nearest_keys,
 )
-from .counting import change_count, count_changes, counts_every_change, stop_counting
+from .counting import (
+    alias_written,
+    change_count,
+    count_changes,
+    counts_every_change,
+    stop_counting,
+)
 from .cudagraph_settings import (
     apply_cudagraph_settings,
     config_is_process_wide,
+    cudagraph_settings_here,
     cudagraph_switches_here,
     settings_can_wait_for_import,
 )
@@ -60,6 +67,7 @@ __all__ = [
     "Loss",
     "RawEntry",
     "TorchNotInstalled",
+    "alias_written",
     "apply_cudagraph_settings",
     "begin_fault_session",
     "change_count",
@@ -69,6 +77,7 @@ __all__ = [
     "counts_every_change",
     "creates_thread_state_lazily",
     "cuda_visible",
+    "cudagraph_settings_here",
     "cudagraph_switches_here",
     "ensure_cudagraph_tls",
     "env_names",

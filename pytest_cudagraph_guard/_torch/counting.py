@@ -21,10 +21,12 @@ class _CountingState:
     """The change count, the modules counting (with their own class and users), the counting
     subclass made for each entry class, and whether a class could not be swapped."""
 
-    __slots__ = ("changes", "entry_classes", "incomplete", "modules")
+    __slots__ = ("alias_writes", "changes", "entry_classes", "incomplete", "modules")
 
     def __init__(self) -> None:
         self.changes = 0
+        # "module.key" of a setting -> "module.alias" of the alias it was last written through
+        self.alias_writes: dict[str, str] = {}
         self.modules: dict[int, tuple[ModuleType, type, int]] = {}
         self.entry_classes: dict[type, type] = {}
         self.incomplete = False
@@ -41,6 +43,17 @@ def counts_every_change() -> bool:
     """Whether ``change_count`` sees every write: False once a class could not be swapped on
     this torch, so that "the count did not move" proves nothing."""
     return not _STATE.incomplete
+
+
+def alias_written(module_name: str, key: str) -> str | None:
+    """The dotted alias through which ``module_name.key`` was last written, if it was."""
+    return _STATE.alias_writes.get(f"{module_name}.{key}")
+
+
+def _aliases(module: ModuleType) -> dict[str, str]:
+    """``{alias key: dotted path of the setting it stands for}`` (2.6+)."""
+    config: dict[str, Any] = module.__dict__["_config"]
+    return {k: str(e.alias) for k, e in config.items() if getattr(e, "alias", None)}
 
 
 def count_changes(module: ModuleType) -> None:
@@ -69,11 +82,20 @@ def _start_counting(module: ModuleType) -> None:
     bypass: Iterable[str] = module.__dict__.get("_bypass_keys", ())
     bypass_keys = frozenset(bypass)
     state = _STATE
+    aliases = _aliases(module)
+    prefix = f"{module.__name__}."
 
     def __setattr__(self: ModuleType, name: str, value: object) -> None:
-        if name not in bypass_keys:
-            state.changes += 1
-        original.__setattr__(self, name, value)
+        if name in bypass_keys:
+            original.__setattr__(self, name, value)
+            return
+        state.changes += 1
+        if state.alias_writes:
+            state.alias_writes.pop(prefix + name, None)
+        original.__setattr__(self, name, value)  # an alias writes its setting through here too
+        target = aliases.get(name)
+        if target is not None:
+            state.alias_writes[target] = prefix + name
 
     def __delattr__(self: ModuleType, name: str) -> None:
         if name not in bypass_keys:

@@ -158,8 +158,30 @@ _ROWS: Final = (
         "__init__",
         "2.1+",
         _REPORT,
-        "the empty capture a tree manager makes to set up its pool is not counted as a recording",
-        "telling a tree manager's set-up capture from a recording (recordings may count one more)",
+        "the empty capture a tree manager makes to set up its pool is not counted as a recording; "
+        "each manager is tagged with the thread that created it",
+        "telling a tree manager's set-up capture from a recording (recordings may count one more), "
+        "and the cross-thread-graph finding",
+    ),
+    PatchRow(
+        "observe.backend",
+        "torch._dynamo.output_graph.OutputGraph",
+        "call_user_compiler",
+        "2.1+",
+        _REPORT,
+        "every torch.compile backend call (eager, aot_eager, cudagraphs, custom callables), "
+        "named; inductor's own compiles are seen through compile_fx",
+        "compile counts of backends other than inductor",
+    ),
+    PatchRow(
+        "observe.manager_run",
+        _MANAGER,
+        "run",
+        "2.1-2.12",
+        _REPORT,
+        "a CUDA graph recorded or replayed through a tree manager that another thread created "
+        "(one compiled function shared by threads): the cross-thread-graph finding",
+        "the cross-thread-graph finding",
     ),
     PatchRow(
         "observe.capture_end",

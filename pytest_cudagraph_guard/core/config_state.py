@@ -9,7 +9,8 @@ from typing import Any, Final, NamedTuple
 
 from .. import _torch
 from .._torch import HIDDEN, UNSET, ConfigAccess, RawEntry
-from .settings import ENV_PREFIXES
+from .records import LeakEntry, leak_entry
+from .settings import ENV_PREFIXES, jsonable
 
 ENV_UNSET: Final = "<unset>"
 
@@ -29,19 +30,42 @@ def raw_environ() -> dict[Any, Any]:
 
 
 class Change(NamedTuple):
-    """One setting whose effective value differs between two snapshots."""
+    """One setting whose effective value differs between two snapshots; ``written_as`` is the
+    dotted alias the user wrote it through, if any."""
 
     where: str
     key: str
     before: Any
     after: Any
+    written_as: str | None = None
 
     def describe(self) -> str:
-        return f"{self.qualified_key}: {_show(self.before)} -> {_show(self.after)}"
+        return f"{self.shown_key}: {_show(self.before)} -> {_show(self.after)}"
 
     @property
     def qualified_key(self) -> str:
         return f"${self.key}" if self.where == "env" else f"{self.where}.{self.key}"
+
+    @property
+    def shown_key(self) -> str:
+        """The key as the user wrote it, with the setting it stands for after an alias."""
+        if self.written_as is None:
+            return self.qualified_key
+        return f"{self.written_as} (alias of {self.key})"
+
+    def as_leak(self) -> LeakEntry:
+        return leak_entry(
+            self.written_as or self.qualified_key,
+            _shown_value(self.before),
+            _shown_value(self.after),
+            alias_of=self.qualified_key if self.written_as else None,
+        )
+
+
+def _shown_value(value: Any) -> Any:
+    if value is HIDDEN or value is UNSET or value == ENV_UNSET:
+        return _show(value)
+    return jsonable(value)
 
 
 def _show(value: Any) -> str:
@@ -114,7 +138,8 @@ def _effective_changes(diffs: list[_KeyDiff]) -> list[Change]:
         then = diff.config.effective(diff.key, diff.before)
         now = diff.config.effective(diff.key, diff.after)
         if _torch.values_differ(now, then):
-            changes.append(Change(diff.config.name, diff.key, then, now))
+            alias = _torch.alias_written(diff.config.name, diff.key)
+            changes.append(Change(diff.config.name, diff.key, then, now, alias))
     return changes
 
 

@@ -15,6 +15,7 @@ from typing import Any, Final
 import pytest
 
 from ..core.diagnosis import PROCESS_CRASH, TIMEOUT
+from ..core.facts import applied_by_key
 from ..core.markers import SubprocessOptions
 from ..core.records import (
     USER_PROPERTY,
@@ -293,6 +294,7 @@ def _death_record(
         env=torch_env({**os.environ, **dict(options.env)}),
         activity=no_activity(),
         errors=[death_error(outcome, summary)],
+        applied_by=item.stash.get(applied_by_key, None),
     )
     item.config.hook.pytest_cudagraph_record(item=item, record=record)
     return record

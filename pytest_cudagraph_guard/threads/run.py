@@ -20,6 +20,7 @@ from ..core import config_state
 from ..core.diagnosis import THREAD_ERROR, TIMEOUT, DiagnoseHook, error_record, timeout_hint
 from ..core.facts import ThreadRunFacts, thread_run_key
 from ..core.markers import THREAD_MARKER, ThreadOptions
+from ..core.outcomes import is_skip_or_xfail
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import cudagraph_switches
 
@@ -179,8 +180,8 @@ class ThreadRun:
 
     def _conclude(self, stuck: list[threading.Thread]) -> None:
         __tracebackhide__ = True
-        for name in self.names:
-            if name in self.errors:
+        for name in self.names:  # a skip or xfail is the test's outcome, not an error
+            if name in self.errors and not is_skip_or_xfail(self.errors[name]):
                 self.result.errors.append(error_record(self.errors[name], name, self.diagnose_hook))
         if stuck:
             self._fail_timeout(stuck)
