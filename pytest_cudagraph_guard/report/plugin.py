@@ -85,6 +85,7 @@ class ReportPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self._thread_watch.cover_phase()
         activity = None
         if _torch.torch_loaded():
             self._observe()
@@ -96,9 +97,14 @@ class ReportPlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
         """The main thread's settings when the body starts, fixtures applied."""
+        self._thread_watch.cover_phase()
         state = item.stash.get(test_state_key, None)
         if state is not None and state.activity is not None:
             state.activity.main_settings = _torch.cudagraph_switches_here()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        self._thread_watch.cover_phase()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

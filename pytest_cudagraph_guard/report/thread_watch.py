@@ -18,17 +18,26 @@ from ..core.records import ErrorEntry
 
 
 class ThreadExceptionWatch:
-    """Keeps the error entry of each exception that ended a thread, until drained."""
+    """Keeps the error entry of each exception that ended a thread, until drained.
+
+    Its hook is installed for the session and chains to the hook it found. pytest before 8.4
+    puts a hook of its own in place for each test phase; ``cover_phase`` then puts one of ours
+    in front of it for that phase, so those errors are seen too."""
 
     def __init__(self, diagnose_hook: DiagnoseHook) -> None:
         self._diagnose_hook = diagnose_hook
         self._seen: deque[ErrorEntry] = deque()
-        self._previous: Callable[[threading.ExceptHookArgs], object] | None = None
+        self._session_hook: _ChainedHook | None = None
 
     def install(self, config: pytest.Config) -> None:
-        self._previous = threading.excepthook
-        threading.excepthook = self._hook
+        self._session_hook = _ChainedHook(self, threading.excepthook)
+        threading.excepthook = self._session_hook
         config.add_cleanup(self._uninstall)
+
+    def cover_phase(self) -> None:
+        current = threading.excepthook
+        if not (isinstance(current, _ChainedHook) and current.watch is self):
+            threading.excepthook = _ChainedHook(self, current)
 
     def drain(self) -> list[ErrorEntry]:
         drained = []
@@ -36,15 +45,28 @@ class ThreadExceptionWatch:
             drained.append(self._seen.popleft())
         return drained
 
-    def _hook(self, args: threading.ExceptHookArgs) -> None:
-        try:
-            if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
-                name = args.thread.name if args.thread is not None else "<unknown thread>"
-                self._seen.append(error_record(args.exc_value, name, self._diagnose_hook))
-        finally:
-            previous = self._previous or threading.__excepthook__
-            previous(args)
+    def seen(self, args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
+            name = args.thread.name if args.thread is not None else "<unknown thread>"
+            self._seen.append(error_record(args.exc_value, name, self._diagnose_hook))
 
     def _uninstall(self) -> None:
-        if threading.excepthook == self._hook:
-            threading.excepthook = self._previous or threading.__excepthook__
+        hook = self._session_hook
+        if hook is not None and threading.excepthook is hook:
+            threading.excepthook = hook.previous
+
+
+class _ChainedHook:
+    """``threading.excepthook``: the watch takes the error, then the hook it replaced runs."""
+
+    def __init__(
+        self, watch: ThreadExceptionWatch, previous: Callable[[threading.ExceptHookArgs], object]
+    ) -> None:
+        self.watch = watch
+        self.previous = previous
+
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        try:
+            self.watch.seen(args)
+        finally:
+            self.previous(args)
