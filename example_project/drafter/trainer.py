@@ -1,17 +1,17 @@
 """Trains each drafter in its own thread to match the target's distribution (distillation).
 
-Each drafter's step is compiled with ``torch.compile``: ``mode="reduce-overhead"`` (CUDA graphs)
-on CUDA, a CPU-friendly backend elsewhere. The fixes the plugin's report names are options, so
-the broken and the fixed pipeline can both be run:
+Each drafter's step is compiled by inductor with ``mode="reduce-overhead"`` (CUDA graphs), on a
+CPU too: there torch compiles the step and skips CUDA graphs, giving its reason. Each drafter
+compiles a step of its own, in its own thread: before torch 2.13 a step shared by the drafters
+would belong to the tree manager of the thread that ran it first, and every drafter would record
+and replay through it (on an H200 with torch 2.11, four threads doing so corrupted the
+interpreter in 4 of 19 runs). The fixes the plugin's report names are options, so the broken and
+the fixed pipeline can both be run:
 
 - ``ready_thread_state``: call ``ensure_cudagraph_tls()`` first in each drafter thread (torch
   before 2.13 creates CUDAGraph Trees state only in the main thread and autograd's threads);
-  before 2.13 it implies ``own_steps``;
-- ``own_steps``: before 2.13, give each drafter a step function of its own: there, the drafters'
-  steps compile to one graph whose CUDA-graph callable belongs to the thread that ran it first,
-  so every drafter records and replays through that thread's tree manager (2.13 keeps one per
-  thread). On an H200 with torch 2.11, four threads doing so corrupted the interpreter in 4 of
-  19 runs, even with every step taking its turn;
+- ``compile_mode``: the mode of ``torch.compile``; ``None`` compiles with CUDA graphs as
+  inductor's config says, as a caller who turns them on with ``triton.cudagraphs = True`` wants;
 - ``carry_config``: start each thread in a copy of the caller's ``contextvars`` context, so that
   config set by the caller is in effect there (torch >= 2.12 keeps overrides per thread);
 - ``serialize_first_steps``: run the drafters' first steps, where they warm up and capture, one
@@ -50,16 +50,18 @@ class TrainerOptions:
     seq: int = 8
     lr: float = 0.5
     ready_thread_state: bool = False
-    own_steps: bool = False
     carry_config: bool = False
     serialize_first_steps: bool = False
+    compile_mode: str | None = "reduce-overhead"
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
 
 
-def compile_step(step: Callable[..., torch.Tensor], device: str) -> Callable[..., torch.Tensor]:
-    if device == "cuda":
-        return torch.compile(step, mode="reduce-overhead")
-    return torch.compile(step, backend="eager")
+def compile_step(
+    step: Callable[..., torch.Tensor], mode: str | None
+) -> Callable[..., torch.Tensor]:
+    """The step compiled by inductor, on any device: on a CPU, torch compiles it and skips CUDA
+    graphs with its reason."""
+    return torch.compile(step, mode=mode)
 
 
 class DrafterTrainer:
@@ -97,10 +99,8 @@ class DrafterTrainer:
         def logits(tokens: torch.Tensor) -> torch.Tensor:
             return drafter(tokens)
 
-        own_steps = self.options.own_steps or self.options.ready_thread_state
-        if own_steps and TORCH_RELEASE < (2, 13):
-            logits = _own_code(logits, f"drafter_{index}_logits")
-        forward = compile_step(logits, self.options.device)
+        logits = _own_code(logits, f"drafter_{index}_logits")
+        forward = compile_step(logits, self.options.compile_mode)
 
         def train_step(tokens: torch.Tensor) -> float:
             if self.options.device == "cuda":
