@@ -22,7 +22,7 @@ PRELOAD_FOR_COMPILING: Final = ("torch._dynamo", "torch._inductor.config")
 # plugin's, which every session starts; less the plugin's that only the parent session runs.
 TRUSTED_PREFIXES: Final = ("_pytest.", "pluggy.", "pytest_cudagraph_guard.")
 PARENT_ONLY: Final = frozenset(
-    f"{__package__}.{name}" for name in ("controller", "pool", "__main__")
+    f"{__package__}.{name}" for name in ("controller", "deaths", "expected", "pool", "__main__")
 )
 
 

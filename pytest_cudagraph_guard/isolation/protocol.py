@@ -5,7 +5,8 @@ every side can read it without loading the others.
 Parent to zygote, one line per request: ``run REQUEST_PATH``; closing the pipe ends the zygote
 (and kills a test process still running). Zygote to parent: ``ready PID``, then per request
 ``started PID`` and ``exited PID STATUS`` (STATUS as ``os.waitpid`` gives it), or
-``nofork REASON`` when forking is no longer safe.
+``nofork REASON`` when forking is no longer safe; at any time, ``notice TEXT``: something the
+parent tells the user once, as a warning.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ NEEDED_MODULES_NAME: Final = "needed-modules"
 CHILD_CRASH_EXIT: Final = 3
 
 RUN: Final = "run"
-ReplyKind = Literal["ready", "started", "exited", "nofork"]
+ReplyKind = Literal["ready", "started", "exited", "nofork", "notice"]
 
 
 class ModuleLists(TypedDict):
@@ -90,7 +91,7 @@ class Reply:
     kind: ReplyKind
     pid: int = 0
     status: int = 0  # of ``exited``
-    reason: str = ""  # of ``nofork``
+    reason: str = ""  # of ``nofork``; the text of ``notice``
 
 
 def ready_line(pid: int) -> str:
@@ -109,6 +110,10 @@ def nofork_line(reason: str) -> str:
     return f"nofork {reason}"
 
 
+def notice_line(text: str) -> str:
+    return f"notice {' '.join(text.split())}"
+
+
 def parse_reply(line: str) -> Reply | None:
     """The reply ``line`` holds; None for a line that is none."""
     kind, _, rest = line.partition(" ")
@@ -122,9 +127,8 @@ def parse_reply(line: str) -> Reply | None:
             return Reply("exited", pid=int(pid), status=int(status))
     except ValueError:
         return None
-    if kind == "nofork":
-        return Reply("nofork", reason=rest)
-    return None
+    texts: dict[str, ReplyKind] = {"nofork": "nofork", "notice": "notice"}
+    return Reply(texts[kind], reason=rest) if kind in texts else None
 
 
 def send_line(fd: int, line: str) -> None:

@@ -33,6 +33,7 @@ from .protocol import (
     exited_line,
     load_request,
     nofork_line,
+    notice_line,
     parse_run,
     ready_line,
     send_line,
@@ -42,14 +43,45 @@ from .protocol import (
 _PARENT = os.getppid()
 
 
-def preload(name: str) -> None:
+def preload(name: str) -> str | None:
+    """Imports module ``name`` for the test processes to come; what the parent should say if it
+    could not (a missing torch is each test's to report, as a skip)."""
     try:
         importlib.import_module(name)
-    except Exception as exc:  # a missing torch is the child's to report, as a skip
+    except Exception as exc:
         print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
         if name.startswith("pytest"):
             raise
-    gc.freeze()  # children then leave these objects to the collector's permanent generation
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
+            return None
+        return preload_failure(name, repr(exc))
+    finally:
+        gc.freeze()  # children then leave these objects to the collector's permanent generation
+    return None
+
+
+def preload_failure(name: str, error: str) -> str:
+    return (
+        f"cudagraph_subprocess: the zygote could not preload {name} ({error}); each test "
+        "process imports it itself"
+    )
+
+
+class Preloads:
+    """Preloads, each failure told to the parent once and not tried again."""
+
+    def __init__(self, replies: int) -> None:
+        self.replies = replies
+        self.failed: set[str] = set()
+
+    def load(self, name: str) -> None:
+        if name not in self.failed:
+            self.fail(name, preload(name))
+
+    def fail(self, name: str, notice: str | None) -> None:
+        if notice is not None and name not in self.failed:
+            self.failed.add(name)
+            send_line(self.replies, notice_line(notice))
 
 
 def serve() -> NoReturn:
@@ -59,18 +91,19 @@ def serve() -> NoReturn:
     # Collections while importing free next to nothing and take a quarter of the imports' time
     # (torch, dynamo); each preload ends with gc.freeze(), and test processes collect again.
     gc.disable()
+    preloads = Preloads(replies)
     for name in PRELOAD_FIRST:
-        preload(name)
+        preloads.load(name)
     from .child import run_child, run_spare  # after pytest, with the collector off
 
     send_line(replies, ready_line(os.getpid()))
     requests = LineReader(0)
     if not _torch.settings_can_wait_for_import():
         for name in PRELOAD_FOR_COMPILING:
-            preload(name)
+            preloads.load(name)
     pipes = _Pipes(requests, replies)
     spares = Spares(replies, run_spare)
-    learner = Learner()
+    learner = Learner(preloads)
     while (line := requests.next()) is not None:
         request_path = parse_run(line)
         if request_path is not None:
@@ -140,38 +173,58 @@ class Learner:
     """Loads what test processes needed, so that the next ones find it loaded: trusted modules
     at once, plugins only where a trial fork shows that importing them keeps forks sound."""
 
-    def __init__(self) -> None:
+    def __init__(self, preloads: Preloads) -> None:
+        self.preloads = preloads
         self.tried: set[str] = set()
 
     def load(self, needed: ModuleLists) -> None:
         for name in needed["modules"]:
             if trusted(name) and name not in sys.modules:
-                preload(name)
+                self.preloads.load(name)
         plugins = [
             name for name in needed["plugins"] if name not in sys.modules and name not in self.tried
         ]
         self.tried.update(plugins)
-        if plugins and not _fork_stays_sound_after_importing(plugins):
+        if plugins and not self._fork_stays_sound_after_importing(plugins):
             plugins = [
                 name
                 for name in plugins
-                if len(plugins) > 1 and _fork_stays_sound_after_importing([name])
+                if len(plugins) > 1 and self._fork_stays_sound_after_importing([name])
             ]
         for name in plugins:
-            preload(name)
+            self.preloads.load(name)
+
+    def _fork_stays_sound_after_importing(self, names: list[str]) -> bool:
+        """Whether importing ``names`` in a trial fork works and leaves a fork sound; an import
+        that fails there is a preload failure."""
+        failures, written = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(failures)
+                for name in names:
+                    _import_or_tell(name, written)
+                os._exit(0 if fork_hazard() is None else 1)
+            finally:
+                os._exit(1)
+        os.close(written)
+        with os.fdopen(failures, encoding="utf-8") as told:
+            failed = told.read().splitlines()
+        _, status = os.waitpid(pid, 0)
+        for line in failed:
+            name, _, error = line.partition(" ")
+            self.preloads.fail(name, preload_failure(name, error))
+        return not failed and os.waitstatus_to_exitcode(status) == 0
 
 
-def _fork_stays_sound_after_importing(names: list[str]) -> bool:
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for name in names:
-                importlib.import_module(name)
-            os._exit(0 if fork_hazard() is None else 1)
-        finally:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+def _import_or_tell(name: str, failures: int) -> None:
+    """In a trial fork: imports ``name``, or writes why not to ``failures`` and exits."""
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        error = repr(exc).replace("\n", " ")
+        os.write(failures, f"{name} {error}\n".encode())
+        os._exit(1)
 
 
 def _leave_no_files() -> None:
