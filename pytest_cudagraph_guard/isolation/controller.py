@@ -15,6 +15,7 @@ from typing import Any, Final
 import pytest
 
 from ..core.markers import SubprocessOptions
+from ..core.options import suite_options
 from ..core.records import (
     USER_PROPERTY,
     ErrorEntry,
@@ -150,6 +151,9 @@ def child_request(
         ),
         "results": str(folder / RESULTS_NAME),
         "basetemp": str(folder / "tmp"),
+        "cuda_ahead": suite_options(item.config).cuda_ahead,
+        "spares": suite_options(item.config).spares,
+        "init_cuda": False,
     }
 
 

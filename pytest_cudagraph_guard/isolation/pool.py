@@ -127,12 +127,16 @@ class Zygote:
         reason = reply.reason if reply is not None and reply.reason else line
         return f"the zygote would not fork: {reason}"
 
-    def wait_exit(self, deadline: float) -> tuple[bool, int | None]:
-        """(finished, wait status); (True, None) when the zygote died first."""
-        reply, _ = self._reply(deadline)
-        if reply is None or reply.kind != "exited":
-            return (self.process.poll() is not None, None)
-        return True, reply.status
+    def wait_exit(self, pid: int, deadline: float) -> tuple[bool, int | None]:
+        """(finished, wait status) of test process ``pid``: finished once it has written its
+        last result, though it may still be exiting; (True, None) when the zygote died first."""
+        while True:
+            reply, _ = self._reply(deadline)
+            if reply is None or reply.kind not in ("exited", "done"):
+                return (self.process.poll() is not None, None)
+            if reply.pid == pid:
+                return True, reply.status
+            # The end of an earlier test process that had said it was done.
 
     def _reply(self, deadline: float) -> tuple[Reply | None, str | None]:
         """The next reply other than a notice, and its line (None at the end of the pipe or
@@ -252,14 +256,14 @@ class SubprocessRunner:
         outcome = ChildExit(pid, folder)
         start = time.monotonic()
         try:
-            finished, outcome.status = zygote.wait_exit(start + timeout)
+            finished, outcome.status = zygote.wait_exit(pid, start + timeout)
             if not finished:
                 outcome.timed_out = True
                 outcome.stacks = _stop(pid, folder)
-                finished, outcome.status = zygote.wait_exit(time.monotonic() + REAP_TIMEOUT_S)
+                finished, outcome.status = zygote.wait_exit(pid, time.monotonic() + REAP_TIMEOUT_S)
         except BaseException:
             kill_group(pid)
-            zygote.wait_exit(time.monotonic() + REAP_TIMEOUT_S)
+            zygote.wait_exit(pid, time.monotonic() + REAP_TIMEOUT_S)
             raise
         if outcome.status is None:
             kill_group(pid)

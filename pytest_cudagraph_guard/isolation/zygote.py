@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import NoReturn
 
 from .. import _torch
-from .forking import RunChild, Spares, fork_hazard, fork_test_process, kill_child, wait_child
+from .forking import (
+    Exiting,
+    RunChild,
+    fork_hazard,
+    fork_test_process,
+    kill_child,
+    wait_child,
+)
 from .preloads import PRELOAD_FIRST, PRELOAD_FOR_COMPILING, needed_modules, trusted
 from .protocol import (
     SESSION_FOLDER_PREFIX,
@@ -30,6 +37,7 @@ from .protocol import (
     LineReader,
     ModuleLists,
     child_sys_path,
+    done_line,
     exited_line,
     load_request,
     nofork_line,
@@ -39,6 +47,7 @@ from .protocol import (
     send_line,
     started_line,
 )
+from .spares import Spares
 
 _PARENT = os.getppid()
 
@@ -102,13 +111,13 @@ def serve() -> NoReturn:
         for name in PRELOAD_FOR_COMPILING:
             preloads.load(name)
     pipes = _Pipes(requests, replies)
-    spares = Spares(replies, run_spare)
+    children = _Children(Spares(replies, run_spare), Exiting())
     learner = Learner(preloads)
     while (line := requests.next()) is not None:
         request_path = parse_run(line)
         if request_path is not None:
-            _serve_one(request_path, pipes, learner, spares, run_child)
-    _exit(spares)
+            _serve_one(request_path, pipes, learner, children, run_child)
+    _exit(children)
 
 
 @dataclass
@@ -118,36 +127,51 @@ class _Pipes:
 
 
 def _serve_one(
-    request_path: str, pipes: _Pipes, learner: Learner, spares: Spares, run_child: RunChild
+    request_path: str, pipes: _Pipes, learner: Learner, children: _Children, run_child: RunChild
 ) -> None:
-    """Starts the test's process and waits for it. Meanwhile it loads what the parent session has
-    loaded and forks a spare for the next test; after it, it loads what the test process had to
-    import: so the next one finds all that loaded."""
+    """Starts the test's process and waits until it is done. Meanwhile it loads what the parent
+    session has loaded and forks spares for the next tests; after it, it loads what the test
+    process had to import: so the next one finds all that loaded. A test process that is done
+    ends (and is reaped) while the next test runs."""
+    spares = children.spares
+    children.exiting.reap()
     request = _request(request_path)
-    pid = spares.assign(request, request_path)
-    if pid is None:
+    process = spares.assign(request, request_path)
+    if process is None:
         hazard = fork_hazard()
         if hazard is not None:
             send_line(pipes.replies, nofork_line(hazard))
             return
-        pid = fork_test_process(pipes.replies, request_path, run_child)
+        process = fork_test_process(pipes.replies, request_path, run_child)
+    pid = process.pid
     send_line(pipes.replies, started_line(pid))
     if request is not None:
         sys.path[:] = child_sys_path(request)  # to import what its test processes would
         learner.load(request["session_modules"])  # while the test process starts
         spares.fork(request)
-    status = wait_child(pid, pipes.requests.fd)
-    if status is None:  # the parent is gone: so is the test
+    ended = wait_child(process, pipes.requests.fd)
+    if ended is None:  # the parent is gone: so is the test
         kill_child(pid)
         os.waitpid(pid, 0)
-        _exit(spares)
+        _exit(children)
+    exiting, status = ended
+    if exiting:
+        children.exiting.pids.add(pid)
     spares.finished(pid)
-    needed = needed_modules(Path(request_path).parent)  # before the parent removes the folder
-    send_line(pipes.replies, exited_line(pid, status))
+    # Before the parent removes the folder.
+    needed, cuda = needed_modules(Path(request_path).parent)
+    send_line(pipes.replies, (done_line if exiting else exited_line)(pid, status))
+    spares.noted(cuda)
     compiling = _compiling_modules_loaded()
     learner.load(needed)
     if _compiling_modules_loaded() != compiling:
-        spares.discard()  # forked before the zygote had them, it would import them again
+        spares.discard()  # forked before the zygote had them, they would import them again
+
+
+@dataclass
+class _Children:
+    spares: Spares
+    exiting: Exiting
 
 
 def _request(request_path: str) -> ChildRequest | None:
@@ -159,8 +183,9 @@ def _request(request_path: str) -> ChildRequest | None:
     return request if isinstance(request, dict) else None
 
 
-def _exit(spares: Spares) -> NoReturn:
-    spares.discard()
+def _exit(children: _Children) -> NoReturn:
+    children.spares.discard()
+    children.exiting.reap(wait=True)
     _leave_no_files()
     os._exit(0)
 
