@@ -3,9 +3,10 @@
 It imports torch, pytest and the plugin once, never touches CUDA or runs a parallel op, and forks
 one never-reused test process per request. While a test process starts, the zygote loads what
 the request says the parent session has loaded; the test process leaves in its folder what else
-the next one will need, which the zygote loads before the next fork. Where the request says the
-next test is marked too, the zygote also forks a spare test process, which sets up its session
-while the test runs and takes the next request if its context matches its own.
+the next one will need (and whether it used CUDA), which the zygote loads before the next fork.
+Where the request says the next test is marked too, the zygote also forks spares
+(:mod:`.spares`), which set up their sessions while the test runs and take the next requests if
+their context matches. A test process that says it is done is reaped while the next test runs.
 """
 
 from __future__ import annotations
