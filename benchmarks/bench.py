@@ -9,6 +9,7 @@ machine's drift hits both sides alike.
     python benchmarks/bench.py --subprocess    # the cudagraph_subprocess marker's cost
     python benchmarks/bench.py --subprocess --against ../other-checkout   # this plugin vs that
     python benchmarks/bench.py --gpu --pairs 3  # 200 small CUDA tests, marked vs not (needs CUDA)
+    python benchmarks/bench.py --case report-json --tests 10000 --pairs 1  # JSON report's size
 
 The marker's cost is compared with a cold ``python -c "import torch"``, timed in the same run:
 per marked test, (marked - unmarked) / tests / cold import. "total" is for 8 trivial tests, the
@@ -20,6 +21,7 @@ zygote's start included; "each more" is the cost of one more marked test (24 tes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -35,6 +37,21 @@ TRIVIAL_TEST = "def test_{i}():\n    pass\n"
 THREAD_TEST = "@pytest.mark.cudagraph_thread\ndef test_{i}():\n    pass\n"
 THREAD_CONFTEST = "import torch._inductor.config\nimport torch._inductor.cudagraph_trees\n"
 TORCH_CONFTEST = "import torch\nimport torch._inductor.config\n"
+# What real suites that compile look like: dynamo imported, its state reset around each test.
+DYNAMO_CONFTEST = """
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.config
+import torch._inductor.config
+import torch._inductor.cudagraph_trees
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+"""
 NO_TORCH_CONFTEST = """
 import sys
 
@@ -55,6 +72,7 @@ class Case:
     target: float | None = None  # on the ratio A/B
     per_test_ms_target: float | None = None  # on (A - B) / tests
     test_template_b: str | None = None
+    output: str | None = None  # a file command A writes, whose size is reported
 
 
 def cases() -> dict[str, Case]:
@@ -88,6 +106,53 @@ def cases() -> dict[str, Case]:
             command_b=plugin_off,
             target=1.05,
         ),
+        "guard-dynamo": Case(
+            name="guard-dynamo",
+            what="conftest imports dynamo and resets it per test; plugin on / off",
+            conftest=DYNAMO_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=plain,
+            command_b=plugin_off,
+            target=1.02,
+        ),
+        "report-dynamo": Case(
+            name="report-dynamo",
+            what="conftest imports dynamo and resets it per test; --cudagraph-report / plugin off",
+            conftest=DYNAMO_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=[*plain, "--cudagraph-report"],
+            command_b=plugin_off,
+            target=1.05,
+        ),
+        "thread-dynamo": Case(
+            name="thread-dynamo",
+            what="conftest imports dynamo, resets it per test; @cudagraph_thread / unmarked",
+            conftest=DYNAMO_CONFTEST,
+            test_template=THREAD_TEST,
+            test_template_b=TRIVIAL_TEST,
+            command_a=plain,
+            command_b=plain,
+            per_test_ms_target=0.5,
+        ),
+        "threads-option": Case(
+            name="threads-option",
+            what="conftest imports dynamo, resets it per test; --cudagraph-threads=1 / without",
+            conftest=DYNAMO_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=[*plain, "--cudagraph-threads=1"],
+            command_b=plain,
+            per_test_ms_target=0.5,
+        ),
+        "report-json": Case(
+            name="report-json",
+            what="conftest imports torch; --cudagraph-report=json:report.json / plugin off",
+            conftest=TORCH_CONFTEST,
+            test_template=TRIVIAL_TEST,
+            command_a=[*plain, "--cudagraph-report=json:report.json"],
+            command_b=plugin_off,
+            target=1.05,
+            output="report.json",
+        ),
         "thread": Case(
             name="thread",
             what="@cudagraph_thread tests / the same tests unmarked (both import the trees)",
@@ -120,11 +185,11 @@ def _env_with_bytecode() -> dict[str, str]:
     return env
 
 
-def timed(command: list[str], cwd: Path, package_from: Path | None = None) -> float:
-    """Seconds of one pytest run; with ``package_from``, the plugin imported from that checkout."""
+def timed(command: list[str], cwd: Path, plugin_tree: Path | None = None) -> float:
+    """Seconds for one pytest run; ``plugin_tree``: another checkout whose plugin it loads."""
     env = _env_with_bytecode()
-    if package_from is not None:
-        env["PYTHONPATH"] = str(package_from)
+    if plugin_tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugin_tree), env.get("PYTHONPATH")]))
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "pytest", *command],
@@ -136,17 +201,30 @@ def timed(command: list[str], cwd: Path, package_from: Path | None = None) -> fl
     return time.perf_counter() - start
 
 
-def measure(case: Case, tests: int, pairs: int, log: Callable[[str], None]) -> dict[str, object]:
+def against(case: Case) -> Case:
+    """The case with B the same suite and command as A, to run with another checkout's plugin."""
+    return dataclasses.replace(case, command_b=case.command_a, test_template_b=None, target=None)
+
+
+def measure(
+    case: Case,
+    tests: int,
+    pairs: int,
+    log: Callable[[str], None],
+    tree_b: Path | None = None,
+) -> dict[str, object]:
+    """Runs A and B alternately; ``tree_b``: B loads the plugin of that checkout."""
     with tempfile.TemporaryDirectory(prefix=f"cgg-bench-{case.name}-") as tmp:
         root_a, root_b = Path(tmp) / "a", Path(tmp) / "b"
         write_suite(root_a, case, tests, case.test_template)
         write_suite(root_b, case, tests, case.test_template_b or case.test_template)
         timed(case.command_a, root_a)  # warm the file system and bytecode caches
-        timed(case.command_b, root_b)
+        timed(case.command_b, root_b, tree_b)
         times_a, times_b = [], []
         for _ in range(pairs):
             times_a.append(timed(case.command_a, root_a))
-            times_b.append(timed(case.command_b, root_b))
+            times_b.append(timed(case.command_b, root_b, tree_b))
+        output_bytes = (root_a / case.output).stat().st_size if case.output else None
     ratios = [a / b for a, b in zip(times_a, times_b, strict=True)]
     ratio = statistics.median(ratios)
     per_test_ms = statistics.median(a - b for a, b in zip(times_a, times_b, strict=True))
@@ -157,9 +235,11 @@ def measure(case: Case, tests: int, pairs: int, log: Callable[[str], None]) -> d
     else:
         verdict = "ok" if case.target is None or ratio <= case.target else "OVER TARGET"
         goal = f"target <= {case.target}"
+    size = f"; {case.output}: {output_bytes} bytes" if output_bytes is not None else ""
     log(
         f"{case.name:8} {ratio:6.3f}  ({goal}, {verdict}; "
-        f"A median {statistics.median(times_a):.2f} s, B median {statistics.median(times_b):.2f} s)"
+        f"A median {statistics.median(times_a):.2f} s, B median {statistics.median(times_b):.2f} s"
+        f"{size})"
     )
     return {
         "case": case.name,
@@ -172,6 +252,7 @@ def measure(case: Case, tests: int, pairs: int, log: Callable[[str], None]) -> d
         "per_test_ms_target": case.per_test_ms_target,
         "seconds_a": [round(t, 3) for t in times_a],
         "seconds_b": [round(t, 3) for t in times_b],
+        "output_bytes": output_bytes,
     }
 
 
@@ -246,7 +327,7 @@ def measure_subprocess(
     return result
 
 
-def measure_against(
+def measure_subprocess_against(
     other: Path, pairs: int, log: Callable[[str], None], marked: int = 8
 ) -> dict[str, object]:
     """The marker's suites with this checkout's plugin (A) against ``other``'s (B), A B A B."""
@@ -374,7 +455,9 @@ def main(argv: list[str] | None = None) -> int:
         "--against",
         type=Path,
         metavar="CHECKOUT",
-        help="with --subprocess: this checkout's plugin (A) against another checkout's (B)",
+        help="compare with another checkout of the plugin: A is this tree, B the same suite and "
+        "command with CHECKOUT's plugin (a ratio above 1: this tree is slower); with "
+        "--subprocess, the marker's suites of 8 and 24 tests",
     )
     args = parser.parse_args(argv)
     if args.tests < 1 or args.pairs < 1:
@@ -387,11 +470,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu:
         results = [measure_gpu(args.pairs, print)]
     elif args.subprocess and args.against:
-        results = [measure_against(args.against.resolve(), args.pairs, print, args.marked)]
+        results = [
+            measure_subprocess_against(args.against.resolve(), args.pairs, print, args.marked)
+        ]
     elif args.subprocess:
         results = [measure_subprocess(args.pairs, print, args.marked)]
     else:
-        results = [measure(cases()[name], args.tests, args.pairs, print) for name in chosen]
+        results = [
+            measure(against(cases()[name]), args.tests, args.pairs, print, args.against.resolve())
+            if args.against
+            else measure(cases()[name], args.tests, args.pairs, print)
+            for name in chosen
+        ]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

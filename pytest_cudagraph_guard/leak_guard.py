@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import pytest
 
 from . import _torch
 from .core.config_state import Change, QuickCheck, Snapshot, absorb, restore
-from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
+from .core.facts import leaks_key
+from .core.warnings import (
+    CudagraphConfigLeakWarning,
+    CudagraphGuardWarning,
+    warn_torch_notices,
+)
 
 T = TypeVar("T")
 
 GUARD_MODES: Final = ("restore", "warn", "fail", "off")
 DEFAULT_GUARD_MODE: Final = "warn"
+_PACKAGE: Final = Path(__file__).resolve().parent
+_CHECKING: Final = _torch.Loss("--cudagraph-guard", "leak checks")
 
 
 def leak_message(nodeid: str, changes: list[Change], restored: bool) -> str:
@@ -42,14 +51,20 @@ class LeakGuard:
         self.disabled = False
 
     def _safely(self, action: Callable[[], T]) -> T | None:
-        """Runs a step of the guard; a failure turns the guard off with a warning, never
-        failing the test or the session."""
+        """Runs a step of the guard, never failing the test or the session. A config module
+        that this plugin cannot read turns the guard off with a warning; a bug of ours does too,
+        as an internal error with its traceback, once the config is put back as it was."""
         if self.disabled:
             return None
         try:
             return action()
         except Exception as exc:
             self.disabled = True
+            if raised_by_us(exc):
+                self._put_back_baseline()
+                _torch.note_internal_error(_CHECKING, exc)
+                warn_torch_notices()
+                return None
             warnings.warn(
                 CudagraphGuardWarning(
                     f"cudagraph_guard could not check torch's config ({type(exc).__name__}: "
@@ -57,7 +72,13 @@ class LeakGuard:
                 ),
                 stacklevel=1,
             )
-            return None
+        return None
+
+    def _put_back_baseline(self) -> None:
+        """After a bug of ours: the state the guard last saw, put back as well as it can be."""
+        if self._baseline is not None:
+            with contextlib.suppress(Exception):
+                restore(self._baseline)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Takes the baseline once collection (and module-level code) is done."""
@@ -89,15 +110,10 @@ class LeakGuard:
         changes = self._safely(self._leaked_changes) or []
         if not changes:
             return
+        item.stash[leaks_key] = [change.as_leak() for change in changes]
         message = leak_message(item.nodeid, changes, restored=True)
         if self.mode == "warn":
-            filename, lineno = _location(item)
-            warnings.warn_explicit(
-                CudagraphConfigLeakWarning(message),
-                CudagraphConfigLeakWarning,
-                filename=filename,
-                lineno=lineno,
-            )
+            _warn_at(item, message)
         elif self.mode == "fail" and may_fail:
             pytest.fail(f"cudagraph_guard: {message}", pytrace=False)
 
@@ -167,6 +183,33 @@ class LeakGuard:
             if id(cfg.module) not in self._counted:
                 _torch.count_changes(cfg.module)
                 self._counted[id(cfg.module)] = cfg.module
+
+
+def _warn_at(item: pytest.Item, message: str) -> None:
+    """Warns at the test's own line; where warnings are errors (``-W error``), the test errors
+    with the message alone, not the guard's source."""
+    filename, lineno = _location(item)
+    try:
+        warnings.warn_explicit(
+            CudagraphConfigLeakWarning(message),
+            CudagraphConfigLeakWarning,
+            filename=filename,
+            lineno=lineno,
+        )
+    except CudagraphConfigLeakWarning as error:
+        pytest.fail(f"{CudagraphConfigLeakWarning.__name__}: {error}", pytrace=False)
+
+
+def raised_by_us(error: BaseException) -> bool:
+    """Whether ``error`` was raised by the plugin's own code rather than while reading torch:
+    the frame that raised it is in this package, outside the torch boundary (``_torch``)."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    raised_in = Path(tb.tb_frame.f_code.co_filename).resolve()
+    return raised_in.is_relative_to(_PACKAGE) and not raised_in.is_relative_to(_PACKAGE / "_torch")
 
 
 def _location(item: pytest.Item) -> tuple[str, int]:

@@ -26,6 +26,7 @@ from .core.options import add_options, suite_options
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .isolation.plugin import IsolationPlugin, is_child
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
+from .notices import NoticesPlugin
 from .report.formats import FORMAT_HELP, requested_formats
 from .suite import SuitePlugin
 from .threads.plugin import ThreadsPlugin
@@ -97,9 +98,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     return 0
 
 
-@pytest.hookimpl(
-    trylast=True
-)  # after pytest's own threading.excepthook, which the report's chains to
+@pytest.hookimpl(trylast=True)  # after pytest's threading.excepthook: the report chains to it
 def pytest_configure(config: pytest.Config) -> None:
     for doc in (THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, MAIN_THREAD_MARKER_DOC):
         config.addinivalue_line("markers", doc)
@@ -112,19 +111,21 @@ def pytest_configure(config: pytest.Config) -> None:
         guard = LeakGuard(mode)
         register(guard, plugin_names.LEAK_GUARD)
         config.add_cleanup(guard.close)
+    register(NoticesPlugin(), plugin_names.NOTICES)  # after the guard: its teardown is outermost
     register(ThreadsPlugin(), plugin_names.THREADS)
     if not is_child(config):
         register(IsolationPlugin(config), plugin_names.ISOLATION)
     formats = requested_formats(config)
-    if formats:
+    if formats or options.fail_on:  # --cudagraph-fail-on reads the records
         from .report.plugin import ReportPlugin
-        from .report.writer import ReportWriter
 
-        report = ReportPlugin(config, formats)
+        report = ReportPlugin(config, formats, options.fail_on)
         report.start()
         register(report, plugin_names.REPORT)
-        if not _is_xdist_worker(config) and not is_child(config):
-            register(ReportWriter(formats), plugin_names.REPORT_WRITER)
+    if formats and not _is_xdist_worker(config) and not is_child(config):
+        from .report.writer import ReportWriter
+
+        register(ReportWriter(formats, options.as_record()), plugin_names.REPORT_WRITER)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -4,17 +4,12 @@ without editing them. A test's own marker, or ``cudagraph_main_thread``, wins.""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Final
 
 import pytest
 
+from .core.facts import applied_by_key
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
-from .core.options import SuiteOptions
-
-OPTION_OF: Final = {
-    THREAD_MARKER: "--cudagraph-threads",
-    SUBPROCESS_MARKER: "--cudagraph-subprocess",
-}
+from .core.options import OPTION_OF, SuiteOptions
 
 
 class SuitePlugin:
@@ -35,6 +30,7 @@ class SuitePlugin:
                 continue
             for mark in self.marks:
                 item.add_marker(mark)
+                item.stash[applied_by_key] = OPTION_OF[mark.name]
                 self.applied[mark.name] += 1
 
     def pytest_report_collectionfinish(self) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -113,6 +114,28 @@ def test_other_errors_are_thread_errors_outside_the_main_thread_only() -> None:
     assert g.diagnose(error, threading.main_thread().name) is None
 
 
+NESTED_FX_TRACE = (
+    "Detected that you are using FX to symbolically trace a dynamo-optimized function. "
+    "This is not supported at the moment."
+)
+
+
+@pytest.mark.parametrize("per_thread", [False, True])
+def test_the_nested_fx_tracing_hint_names_what_this_torch_does(
+    per_thread: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracing = importlib.import_module("torch.fx._symbolic_trace")
+    if per_thread:
+        monkeypatch.setattr(tracing, "_is_fx_tracing_tls", threading.local(), raising=False)
+    else:
+        monkeypatch.delattr(tracing, "_is_fx_tracing_tls", raising=False)
+    found = g.diagnose(RuntimeError(NESTED_FX_TRACE), "drafter-1")
+    assert found is not None
+    assert found.kind == "thread-error"
+    assert ("keeps that flag per thread" in found.hint) is per_thread
+    assert ("process-wide" in found.hint) is not per_thread
+
+
 @pytest.mark.usefixtures("legacy_get_obj")
 def test_ensure_cudagraph_tls_readies_a_fresh_thread_once() -> None:
     results: list[object] = []
@@ -210,8 +233,9 @@ def test_plugins_can_name_other_errors(ourtester: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*[[]cudagraph-thread-0] kind: host-oom",
-            "*[[]cudagraph-thread-0] hint: cudagraph-thread-0 ran out of host memory",
+            "*[[]cudagraph-thread-0] raised this",
+            "*kind: host-oom",
+            "*hint: cudagraph-thread-0 ran out of host memory",
         ]
     )
 

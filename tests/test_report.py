@@ -57,20 +57,27 @@ def test_terminal_section_shows_the_tests_that_matter(ourtester: pytest.Pytester
             "*= cudagraph report =*",
             "test_suite.py::test_in_threads  passed  [[]thread x 2]",
             "  settings: triton.cudagraph_trees=True (test); triton.cudagraphs=True (test)*",
-            "  activity: compiled 0, cudagraphed graphs 0, recorded 0, replays 0, skips 0",
             "test_suite.py::test_own_thread_fails  passed  [[]main]",
             "  error: [[]drafter-7] torch.AcceleratorError: CUDA error: operation not permitted*",
             "*(kind: capture-conflict)",
             "      hint: *",
             "*graph_capture_lock*",
             "test_suite.py::test_uses_the_fixture  passed  [[]main]",
-            "  settings: triton.cudagraph_trees=False (test); triton.cudagraphs=False (default)*",
-            "3 test(s); recorded 0, replays 0, skips 0; errors: capture-conflict 1",
+            "  settings: triton.cudagraph_trees=False (test)",
+            "1 more test with nothing to show",
+            "4 test(s); recorded 0, replays 0, skips 0; errors: capture-conflict 1",
         ]
     )
     result.stdout.no_fnmatch_line("test_suite.py::test_plain*")
+    result.stdout.no_fnmatch_line("*activity:*")  # nothing compiled: nothing to say
     every = ourtester.runpytest("--cudagraph-report=term-all")
-    every.stdout.fnmatch_lines(["test_suite.py::test_plain  passed  [[]main]"])
+    every.stdout.fnmatch_lines(
+        [
+            "test_suite.py::test_plain  passed  [[]main]",
+            "  settings: triton.cudagraph_trees=True (default); triton.cudagraphs=False (default)*",
+            "  activity: compiled 0, cudagraphed graphs 0, recorded 0, replays 0, skips 0",
+        ]
+    )
 
 
 def test_json_and_markdown_files(ourtester: pytest.Pytester) -> None:
@@ -84,7 +91,12 @@ def test_json_and_markdown_files(ourtester: pytest.Pytester) -> None:
     assert document["schema"] == "pytest-cudagraph-guard/report/1"
     assert set(document["environment"]) >= {"python", "torch", "triton", "cuda", "driver", "gpus"}
     records = by_nodeid(document)
-    assert set(records) == {"test_uses_the_fixture", "test_in_threads", "test_own_thread_fails"}
+    assert set(records) == {
+        "test_uses_the_fixture",
+        "test_in_threads",
+        "test_own_thread_fails",
+        "test_plain",
+    }
     fixture = records["test_uses_the_fixture"]
     assert set(fixture) >= {"nodeid", "outcome", "where", "settings", "env", "activity", "errors"}
     assert fixture["settings"]["triton.cudagraph_trees"] == {"value": False, "source": "test"}
@@ -139,7 +151,7 @@ def test_formats_from_the_ini_file(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(test_suite=SUITE)
     result = ourtester.runpytest()
     result.stdout.fnmatch_lines(["*= cudagraph report =*"])
-    assert load(ourtester.path / "from-ini.json")["summary"]["tests"] == 3
+    assert load(ourtester.path / "from-ini.json")["summary"]["tests"] == 4
     ourtester.makeini(QUIET_INI + "cudagraph_report = yaml\n")
     bad = ourtester.runpytest()
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
@@ -155,7 +167,7 @@ def test_records_reach_junit_xml(ourtester: pytest.Pytester) -> None:
         for case in tree.iter("testcase")
     }
     assert properties["test_in_threads"] == ["cudagraph"]
-    assert properties["test_plain"] == []
+    assert properties["test_plain"] == ["cudagraph"]  # every test has its record
 
 
 def test_the_same_records_under_xdist(ourtester: pytest.Pytester) -> None:
@@ -168,7 +180,7 @@ def test_the_same_records_under_xdist(ourtester: pytest.Pytester) -> None:
         "-p", "no:cacheprovider", "-n", "2", "--cudagraph-report", "--cudagraph-report=json:b.json"
     )
     spread.assert_outcomes(passed=4)
-    spread.stdout.fnmatch_lines(["*= cudagraph report =*", "3 test(s); *"])
+    spread.stdout.fnmatch_lines(["*= cudagraph report =*", "4 test(s); *"])
     first, second = load(ourtester.path / "a.json"), load(ourtester.path / "b.json")
     assert first["tests"] == second["tests"]
     assert first["summary"] == second["summary"]
@@ -355,7 +367,15 @@ def test_a_report_without_torch(ourtester: pytest.Pytester) -> None:
     result.assert_outcomes(skipped=1)
     document = load(ourtester.path / "r.json")
     assert document["environment"]["torch"] is None
-    assert set(document["environment"]) == {"python", "torch", "triton", "cuda", "driver", "gpus"}
+    assert set(document["environment"]) == {
+        "python",
+        "torch",
+        "triton",
+        "cuda",
+        "driver",
+        "gpus",
+        "options",
+    }
     assert [(r["outcome"], r["settings"]) for r in document["tests"]] == [("skipped", {})]
 
 

@@ -152,7 +152,7 @@ def test_threads_option_on_a_unittest_case(ourtester: pytest.Pytester) -> None:
     )
     result = ourtester.runpytest("--cudagraph-threads=4", "-p", "no:randomly")
     result.assert_outcomes(passed=2, failed=1, skipped=1, xfailed=1)
-    result.stdout.fnmatch_lines(["*4 of 4 threads failed*"])
+    result.stdout.fnmatch_lines(["*[[]4 of 4 threads: cudagraph-thread-0, *] raised this"])
 
 
 def test_subprocess_option_runs_unmarked_tests_in_fresh_processes(

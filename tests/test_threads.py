@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from .legacy_torch import CONFTEST as LEGACY_CONFTEST
+from .torch_fixes import FX_TRACING_PER_THREAD
 
 
 def test_body_runs_in_named_threads_released_together(ourtester: pytest.Pytester) -> None:
@@ -133,15 +134,15 @@ def test_every_failing_thread_is_shown_under_its_name(ourtester: pytest.Pytester
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*cudagraph_thread: 2 of 3 threads failed*",
             "*AssertionError: cudagraph-thread-0",
             "*assert 41 == 42",
+            "*cudagraph_thread: 2 of 3 threads failed, 2 different ways",
             "*[[]cudagraph-thread-0] raised this",
+            "*[[]cudagraph-thread-2] raised, differently:",
             "*AssertionError: cudagraph-thread-2",
-            "*[[]cudagraph-thread-2] raised this",
         ]
     )
-    result.stdout.no_fnmatch_line("*cudagraph-thread-1] raised this")
+    result.stdout.no_fnmatch_line("*cudagraph-thread-1] raised*")
 
 
 def test_one_failing_thread_keeps_pytests_own_failure_display(ourtester: pytest.Pytester) -> None:
@@ -199,7 +200,7 @@ def test_warnings_in_threads_obey_w_error(ourtester: pytest.Pytester) -> None:
     passing = ourtester.runpytest()
     passing.assert_outcomes(passed=1, warnings=1)
     passing.stdout.fnmatch_lines(["*UserWarning: raised in a drafter thread*"])
-    result = ourtester.runpytest("-W", "error::UserWarning")
+    result = ourtester.runpytest("-W", "error:raised in a drafter thread:UserWarning")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*UserWarning: raised in a drafter thread*"])
 
@@ -397,12 +398,12 @@ def test_pre_2_13_missing_thread_state_is_named_and_tls_init_fixes_it(
     result.assert_outcomes(failed=1, passed=2)
     result.stdout.fnmatch_lines(
         [
-            "*cudagraph_thread: 2 of 2 threads failed*",
             "*in get_container*",
-            "*in get_obj*",
             "*AssertionError*",
-            "*[[]cudagraph-thread-0] kind: tls-missing",
-            "*[[]cudagraph-thread-0] hint: *ensure_cudagraph_tls()*",
+            "*[[]2 of 2 threads: cudagraph-thread-0, cudagraph-thread-1] raised this",
+            "*kind: tls-missing",
+            "*hint: *ensure_cudagraph_tls()*",
+            "*cudagraph_trees.py:*: AssertionError",
         ]
     )
 
@@ -496,7 +497,8 @@ def test_check_is_whole_again():
 """
 
 
-def test_tls_init_keeps_one_threads_fx_tracing_from_failing_anothers_compiled_call(
+@FX_TRACING_PER_THREAD.skip_where_fixed
+def test_one_threads_fx_tracing_fails_anothers_compiled_call_natively(
     ourtester: pytest.Pytester,
 ) -> None:
     ourtester.makepyfile(FX_RACE_SUITE.format(tls="native"))
@@ -508,5 +510,95 @@ def test_tls_init_keeps_one_threads_fx_tracing_from_failing_anothers_compiled_ca
             "*[[]cudagraph-thread-1] raised this",
         ]
     )
+
+
+def test_tls_init_keeps_one_threads_fx_tracing_from_failing_anothers_compiled_call(
+    ourtester: pytest.Pytester,
+) -> None:
     ourtester.makepyfile(FX_RACE_SUITE.format(tls="init"))
     ourtester.runpytest().assert_outcomes(passed=2)
+
+
+def test_threads_failing_alike_show_one_traceback_in_one_screen(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(
+        test_alike="""
+        import pytest
+
+        @pytest.mark.cudagraph_thread(threads=8)
+        def test_drafters():
+            assert 1 + 1 == 3
+        """
+    )
+    result = ourtester.runpytest("-p", "no:warnings")
+    result.assert_outcomes(failed=1)
+    failure = _failure_section(result.outlines)
+    assert len(failure) <= 25, "\n".join(failure)
+    assert sum("assert 1 + 1 == 3" in line for line in failure) == 1
+    result.stdout.fnmatch_lines(["*[[]8 of 8 threads: cudagraph-thread-0, *7] raised this"])
+    assert not any("pytest_cudagraph_guard" in line for line in failure)
+
+
+def test_threads_failing_differently_show_each_way_once(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(
+        test_ways="""
+        import threading
+        import pytest
+
+        @pytest.mark.cudagraph_thread(threads=4)
+        def test_drafters():
+            if threading.current_thread().name.endswith(("0", "1")):
+                raise ValueError("bad batch")
+            raise KeyError("missing step")
+        """
+    )
+    result = ourtester.runpytest("-p", "no:warnings")
+    result.assert_outcomes(failed=1)
+    failure = _failure_section(result.outlines)
+    assert len(failure) <= 25, "\n".join(failure)
+    result.stdout.fnmatch_lines(
+        [
+            "*ValueError: bad batch",
+            "*cudagraph_thread: 4 of 4 threads failed, 2 different ways",
+            "*[[]2 of 4 threads: cudagraph-thread-0, cudagraph-thread-1] raised this",
+            "*[[]2 of 4 threads: cudagraph-thread-2, cudagraph-thread-3] raised, differently:",
+            "*KeyError: 'missing step'",
+        ]
+    )
+    assert not any("pytest_cudagraph_guard" in line for line in failure)
+
+
+def _failure_section(lines: list[str]) -> list[str]:
+    """The lines of the first failure, from its title to the next section."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("____"))
+    end = next(i for i, line in enumerate(lines) if i > start and line.startswith("===="))
+    return lines[start:end]
+
+
+def test_threads_failing_alike_through_code_generated_for_each_are_one_failure(
+    ourtester: pytest.Pytester,
+) -> None:
+    """As with torch: each thread runs code compiled for it (its own file) into one assert."""
+    ourtester.makepyfile(
+        test_generated="""
+        import threading
+        import pytest
+
+        def shared_check():
+            assert False, "no thread state"
+
+        def generated_for_this_thread():
+            name = threading.current_thread().name
+            namespace = {"shared_check": shared_check}
+            source = "def step():\\n    shared_check()\\n"
+            exec(compile(source, f"/tmp/generated-{name}.py", "exec"), namespace)
+            return namespace["step"]
+
+        @pytest.mark.cudagraph_thread(threads=3)
+        def test_drafters():
+            generated_for_this_thread()()
+        """
+    )
+    result = ourtester.runpytest("-p", "no:warnings")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*[[]3 of 3 threads: cudagraph-thread-0, *2] raised this"])
+    result.stdout.no_fnmatch_line("*differently*")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch._dynamo.output_graph
 import torch._inductor.codecache
 import torch._inductor.compile_fx
 import torch._inductor.config as inductor_config
@@ -86,10 +87,11 @@ def _assert_applied_as_the_rows_say(prefix: str) -> None:
         assert applied[row_id] <= set(PATCHES[row_id].owners()), row_id
 
 
-def test_observing_patches_what_its_rows_say() -> None:
+def test_observing_patches_what_its_rows_say(monkeypatch: pytest.MonkeyPatch) -> None:
     def observer(event: str, data: dict[str, object]) -> None:
         pass
 
+    monkeypatch.setattr(observe, "shares_callables_across_threads", lambda: True)  # < 2.13
     original = torch._inductor.compile_fx.compile_fx
     observe.start_observing(observer)
     try:
@@ -135,3 +137,16 @@ def test_a_worker_importing_trees_first_patches_what_its_row_says(
     worker.join()
     assert getattr(cgt.get_obj, "__wrapped__", None) is original
     _assert_applied_as_the_rows_say("trees.")
+
+
+def test_tree_managers_run_unwatched_where_each_thread_has_its_own_callable() -> None:
+    def observer(event: str, data: dict[str, object]) -> None:
+        pass
+
+    original = cgt.CUDAGraphTreeManager.__dict__["run"]
+    observe.start_observing(observer)
+    try:
+        watched = cgt.CUDAGraphTreeManager.__dict__["run"] is not original
+        assert watched == (_torch.release_tuple() < (2, 13))
+    finally:
+        observe.stop_observing(observer)

@@ -2,7 +2,9 @@
 
 Nothing here imports torch at module level: every function that needs torch takes it from
 ``sys.modules`` or imports it on demand, so that loading the plugin stays free. Every torch
-attribute the plugin replaces is a row of ``patches.PATCHES``.
+attribute the plugin replaces is a row of ``patches.PATCHES``. Where torch is not as a row expects,
+or code of ours fails inside a torch call, only that row's part stops and ``faults`` keeps one
+notice for it (``take_notices``), which the package delivers as a warning.
 """
 
 from .config_access import (
@@ -16,14 +18,22 @@ from .config_access import (
     loaded_guarded_configs,
     nearest_keys,
 )
-from .counting import change_count, count_changes, stop_counting
+from .counting import (
+    alias_written,
+    change_count,
+    count_changes,
+    counts_every_change,
+    stop_counting,
+)
 from .cudagraph_settings import (
     apply_cudagraph_settings,
     config_is_process_wide,
+    cudagraph_settings_here,
     cudagraph_switches_here,
     settings_can_wait_for_import,
 )
 from .env_sources import env_names, env_variables_read, is_torch_env_memo
+from .faults import Loss, begin_fault_session, note_internal_error, take_notices
 from .import_hooks import run_after_import
 from .observe import skip_count, start_observing, stop_observing
 from .readiness import start_thread_readiness, stop_thread_readiness
@@ -39,6 +49,7 @@ from .runtime import (
 from .trees import (
     creates_thread_state_lazily,
     ensure_cudagraph_tls,
+    fx_tracing_is_per_thread,
     import_cudagraph_trees,
     release_cudagraph_tls,
     reset_compiled_state,
@@ -53,19 +64,25 @@ __all__ = [
     "INDUCTOR_CONFIG",
     "UNSET",
     "ConfigAccess",
+    "Loss",
     "RawEntry",
     "TorchNotInstalled",
+    "alias_written",
     "apply_cudagraph_settings",
+    "begin_fault_session",
     "change_count",
     "config_is_process_wide",
     "copy_value",
     "count_changes",
+    "counts_every_change",
     "creates_thread_state_lazily",
     "cuda_visible",
+    "cudagraph_settings_here",
     "cudagraph_switches_here",
     "ensure_cudagraph_tls",
     "env_names",
     "env_variables_read",
+    "fx_tracing_is_per_thread",
     "import_config",
     "import_cudagraph_trees",
     "import_torch",
@@ -74,6 +91,7 @@ __all__ = [
     "loaded_config",
     "loaded_guarded_configs",
     "nearest_keys",
+    "note_internal_error",
     "release_cudagraph_tls",
     "release_tuple",
     "reset_compiled_state",
@@ -85,6 +103,7 @@ __all__ = [
     "stop_counting",
     "stop_observing",
     "stop_thread_readiness",
+    "take_notices",
     "torch_loaded",
     "torch_version",
     "values_differ",

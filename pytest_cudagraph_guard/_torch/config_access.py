@@ -71,7 +71,8 @@ class ConfigAccess:
     def saved(self, key: str) -> RawEntry:
         """``raw(key)`` with its mutable values copied, to put back later as it is now."""
         raw = self.raw(key)
-        return RawEntry(copy_value(raw.override), copy_value(raw.default), raw.hidden)
+        name = f"{self.name}.{key}"
+        return RawEntry(copy_value(raw.override, name), copy_value(raw.default, name), raw.hidden)
 
     def snapshot(self) -> dict[str, RawEntry]:
         return {key: self.saved(key) for key in self.keys()}

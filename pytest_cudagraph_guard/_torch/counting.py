@@ -11,19 +11,25 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, Final
 
-from .patches import PATCHES, swap_class
+from .faults import note_missing
+from .patches import PATCHES, PatchRow, owner_path, swap_class
+
+_SWAP_FAILURES: Final = (AttributeError, KeyError, TypeError, ValueError)
 
 
 class _CountingState:
-    """The change count, the modules counting (with their own class and users), and the
-    counting subclass made for each entry class."""
+    """The change count, the modules counting (with their own class and users), the counting
+    subclass made for each entry class, and whether a class could not be swapped."""
 
-    __slots__ = ("changes", "entry_classes", "modules")
+    __slots__ = ("alias_writes", "changes", "entry_classes", "incomplete", "modules")
 
     def __init__(self) -> None:
         self.changes = 0
+        # "module.key" of a setting -> "module.alias" of the alias it was last written through
+        self.alias_writes: dict[str, str] = {}
         self.modules: dict[int, tuple[ModuleType, type, int]] = {}
         self.entry_classes: dict[type, type] = {}
+        self.incomplete = False
 
 
 _STATE: Final = _CountingState()
@@ -33,22 +39,63 @@ def change_count() -> int:
     return _STATE.changes
 
 
+def counts_every_change() -> bool:
+    """Whether ``change_count`` sees every write: False once a class could not be swapped on
+    this torch, so that "the count did not move" proves nothing."""
+    return not _STATE.incomplete
+
+
+def alias_written(module_name: str, key: str) -> str | None:
+    """The dotted alias through which ``module_name.key`` was last written, if it was."""
+    return _STATE.alias_writes.get(f"{module_name}.{key}")
+
+
+def _aliases(module: ModuleType) -> dict[str, str]:
+    """``{alias key: dotted path of the setting it stands for}`` (2.6+)."""
+    config: dict[str, Any] = module.__dict__["_config"]
+    return {k: str(e.alias) for k, e in config.items() if getattr(e, "alias", None)}
+
+
 def count_changes(module: ModuleType) -> None:
-    """Makes ``module`` count attribute writes; nested calls are reference-counted."""
+    """Makes ``module`` count attribute writes; nested calls are reference-counted. Where this
+    torch's classes cannot be swapped, the loss is noted and ``counts_every_change`` is False."""
     key = id(module)
     if key in _STATE.modules:
         mod, original, users = _STATE.modules[key]
         _STATE.modules[key] = (mod, original, users + 1)
         return
+    try:
+        _start_counting(module)
+    except _SWAP_FAILURES as error:
+        _STATE.incomplete = True
+        stop_counting(module)
+        _note_unswappable(PATCHES["counting.config_module_class"], module, error)
+
+
+def _note_unswappable(row: PatchRow, owner: object, error: Exception) -> None:
+    note_missing(row.loss, f"{owner_path(owner)}.{row.attribute}", f"cannot be swapped ({error})")
+
+
+def _start_counting(module: ModuleType) -> None:
+    key = id(module)
     original = type(module)
     bypass: Iterable[str] = module.__dict__.get("_bypass_keys", ())
     bypass_keys = frozenset(bypass)
     state = _STATE
+    aliases = _aliases(module)
+    prefix = f"{module.__name__}."
 
     def __setattr__(self: ModuleType, name: str, value: object) -> None:
-        if name not in bypass_keys:
-            state.changes += 1
-        original.__setattr__(self, name, value)
+        if name in bypass_keys:
+            original.__setattr__(self, name, value)
+            return
+        state.changes += 1
+        if state.alias_writes:
+            state.alias_writes.pop(prefix + name, None)
+        original.__setattr__(self, name, value)  # an alias writes its setting through here too
+        target = aliases.get(name)
+        if target is not None:
+            state.alias_writes[target] = prefix + name
 
     def __delattr__(self: ModuleType, name: str) -> None:
         if name not in bypass_keys:
@@ -90,10 +137,15 @@ def _count_entry_writes(module: ModuleType) -> None:
         cls = type(entry)
         if not hasattr(cls, "__dataclass_fields__") or cls in classes.values():
             continue
-        counting = classes.get(cls)
-        if counting is None:
-            counting = classes[cls] = _entry_class_counting(cls)
-        swap_class(PATCHES["counting.config_entry_class"], entry, counting, owner=cls)
+        try:
+            counting = classes.get(cls)
+            if counting is None:
+                counting = classes[cls] = _entry_class_counting(cls)
+            swap_class(PATCHES["counting.config_entry_class"], entry, counting, owner=cls)
+        except _SWAP_FAILURES as error:
+            _STATE.incomplete = True
+            _note_unswappable(PATCHES["counting.config_entry_class"], cls, error)
+            return
 
 
 def _entry_class_counting(cls: type) -> type:

@@ -28,6 +28,15 @@ def cudagraph_switches_here() -> dict[str, Any]:
     return {key: config.effective(key) for key in CUDAGRAPH_SWITCHES if config.has_key(key)}
 
 
+def cudagraph_settings_here() -> dict[str, Any]:
+    """Every cudagraph key of inductor's config (nested ones too) as the calling context sees
+    it: what a compile made now compiles with."""
+    config = loaded_config(INDUCTOR_CONFIG)
+    if config is None:
+        return {}
+    return {key: config.effective(key) for key in config.cudagraph_keys()}
+
+
 def config_is_process_wide() -> bool:
     """Whether config overrides are shared by every thread (torch <= 2.11)."""
     return import_config(INDUCTOR_CONFIG).layout != "ctxvar"

@@ -1,39 +1,48 @@
 """Running code right after a module is executed, before its importer gets it, through
-``sys.meta_path`` finders that leave the finding and loading to the finders behind them."""
+``sys.meta_path`` finders that leave the finding and loading to the finders behind them.
+
+Our part never fails the user's import: what it raises is noted (``faults``) and the module is
+found and executed as it would be without us."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
+
+from .faults import Loss, run_ours
+
+_HOOKING: Final = Loss("cudagraph_guard", "its work on torch modules as they are imported")
 
 
-def run_after_import(name: str, action: Callable[[], None]) -> bool:
+def run_after_import(name: str, action: Callable[[], None], loss: Loss | None = None) -> bool:
     """Arranges for ``action`` to run as soon as module ``name`` has been executed, before the
-    importer gets it; False, doing nothing, if ``name`` is imported already."""
+    importer gets it; False, doing nothing, if ``name`` is imported already. What ``action``
+    raises is noted under ``loss`` and the import goes on."""
     if name in sys.modules:
         return False
-    sys.meta_path.insert(0, _AfterImport(name, action))
+    sys.meta_path.insert(0, _AfterImport(name, action, loss or _HOOKING))
     return True
 
 
 class _AfterImport:
     """A one-time finder: runs ``action`` right after module ``name`` is executed."""
 
-    def __init__(self, name: str, action: Callable[[], None]) -> None:
+    def __init__(self, name: str, action: Callable[[], None], loss: Loss) -> None:
         self.name = name
         self.action = action
+        self.loss = loss
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname != self.name:
             return None
-        spec = spec_without(self, fullname)
-        sys.meta_path.remove(self)
-        if spec is not None:
-            run_after_exec(spec, lambda module: self.action())
-        return spec
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        act = lambda _: self.action()  # noqa: E731
+        return run_ours(self.loss, _spec_acting, self, fullname, act, self.loss)
 
 
 class OnEachImport:
@@ -47,36 +56,51 @@ class OnEachImport:
         self.action = action
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if not self.wanted(name):
+        if not run_ours(_HOOKING, self.wanted, name):
             return None
-        spec = spec_without(self, name)
-        if spec is not None:
-            run_after_exec(spec, functools.partial(self.action, name))
-        return spec
+        act = functools.partial(self.action, name)
+        return run_ours(_HOOKING, _spec_acting, self, name, act, _HOOKING)
+
+
+def _spec_acting(finder: Any, name: str, action: Callable[[ModuleType], None], loss: Loss) -> Any:
+    """``name``'s spec as the other finders find it, made to call ``action`` once the module is
+    executed. A failure to find it (theirs) is left to the import system: None, as if we were
+    not there, and the finders behind us are asked again."""
+    try:
+        spec = spec_without(finder, name)
+    except Exception:
+        return None
+    if spec is not None:
+        run_after_exec(spec, action, loss)
+    return spec
 
 
 def spec_without(finder: Any, name: str) -> Any:
     """``name``'s spec as the finders other than ``finder`` find it."""
     import importlib.util
 
-    sys.meta_path.remove(finder)
+    present = finder in sys.meta_path
+    if present:
+        sys.meta_path.remove(finder)
     try:
         return importlib.util.find_spec(name)
     finally:
-        sys.meta_path.insert(0, finder)
+        if present:
+            sys.meta_path.insert(0, finder)
 
 
-def run_after_exec(spec: Any, action: Callable[[ModuleType], None]) -> None:
+def run_after_exec(spec: Any, action: Callable[[ModuleType], None], loss: Loss = _HOOKING) -> None:
     """Makes ``spec``'s loader call ``action(module)`` once it has executed the module, then
-    leaves the loader as it was."""
+    leaves the loader as it was; what ``action`` raises is noted, never raised."""
     loader = spec.loader
     if loader is None or not hasattr(loader, "exec_module"):
         return
     exec_module = loader.exec_module
 
     def exec_then_act(module: ModuleType) -> None:
-        del loader.exec_module
+        with contextlib.suppress(AttributeError):
+            del loader.exec_module
         exec_module(module)
-        action(module)
+        run_ours(loss, action, module)
 
     loader.exec_module = exec_then_act

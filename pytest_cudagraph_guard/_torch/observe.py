@@ -18,10 +18,17 @@ from types import ModuleType
 from typing import Any, Final
 
 from .config_access import CUDAGRAPH_SWITCHES
-from .cudagraph_settings import cudagraph_switches_here
+from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
+from .faults import Loss, run_ours
 from .import_hooks import OnEachImport
-from .patches import PATCHES, Patches
+from .patches import PATCHES, Patches, owner_class
+from .runtime import release_tuple
 from .trees import CUDAGRAPH_TREES
+
+INDUCTOR_BACKEND: Final = "inductor"
+# From this release compile_fx keeps a compiled function's callable per thread, so no thread
+# runs graphs through another thread's tree manager.
+PER_THREAD_CALLABLES: Final = (2, 13)
 
 Observer = Callable[[str, dict[str, Any]], None]
 
@@ -36,6 +43,10 @@ class _ObservationState:
         self.observed_names: set[str] = set()
         self.in_manager_init = threading.local()
         self.skipped_graphs: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # Each tree manager seen created: (ident, name) of the thread that created it.
+        self.manager_threads: weakref.WeakKeyDictionary[Any, tuple[int, str]] = (
+            weakref.WeakKeyDictionary()
+        )
 
 
 _STATE: Final = _ObservationState()
@@ -86,20 +97,59 @@ def _options_of(config_patches: Any) -> dict[str, Any]:
 
 
 def _observed_compile_fx(compile_fx: Any) -> Any:
-    @functools.wraps(compile_fx)
-    def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
+    loss = PATCHES["observe.compile_fx"].loss
+
+    def observe(kwargs: dict[str, Any]) -> None:
         options = _options_of(kwargs.get("config_patches"))
         if options or not kwargs.get("inner_compile"):
-            _emit("compile", {"options": options, "settings": cudagraph_switches_here()})
+            settings = cudagraph_settings_here()
+            _emit(
+                "compile", {"backend": INDUCTOR_BACKEND, "options": options, "settings": settings}
+            )
+
+    @functools.wraps(compile_fx)
+    def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
+        run_ours(loss, observe, kwargs)
         return compile_fx(*args, **kwargs)
 
     return compile_fx_observed
 
 
+def backend_name(compiler_fn: object) -> str:
+    """A torch.compile backend as the user named it: its registered name or its callable's."""
+    name = getattr(compiler_fn, "__name__", None) or getattr(compiler_fn, "compiler_name", None)
+    return str(name or type(compiler_fn).__name__)
+
+
+def _observed_user_compiler(call_user_compiler: Any) -> Any:
+    """Dynamo's call of the backend; inductor's compiles are seen (with their options) in
+    ``compile_fx``."""
+
+    loss = PATCHES["observe.backend"].loss
+
+    def observe(output_graph: Any) -> None:
+        name = backend_name(getattr(output_graph, "compiler_fn", None))
+        if name != INDUCTOR_BACKEND:
+            settings = cudagraph_settings_here()
+            _emit("compile", {"backend": name, "options": {}, "settings": settings})
+
+    @functools.wraps(call_user_compiler)
+    def call_user_compiler_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run_ours(loss, observe, self)
+        return call_user_compiler(self, *args, **kwargs)
+
+    return call_user_compiler_observed
+
+
 def _observed_cudagraphify(cudagraphify: Any) -> Any:
+    loss = PATCHES["observe.cudagraphify"].loss
+
+    def observe() -> None:
+        _emit("cudagraphify", {"trees": cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])})
+
     @functools.wraps(cudagraphify)
     def cudagraphify_observed(*args: Any, **kwargs: Any) -> Any:
-        _emit("cudagraphify", {"trees": cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])})
+        run_ours(loss, observe)
         return cudagraphify(*args, **kwargs)
 
     return cudagraphify_observed
@@ -109,17 +159,22 @@ def _observed_graph_method(method: Any) -> Any:
     """``CompiledFxGraph.__init__`` and ``post_compile`` (a graph loaded from the FX graph
     cache) count cudagraph skips, some without logging them; the reason is on the graph."""
     skipped = _STATE.skipped_graphs
+    loss = PATCHES["observe.graph_init"].loss  # the same loss as graph_post_compile's
 
-    @functools.wraps(method)
-    def method_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        before = skip_count()
-        result = method(self, *args, **kwargs)
-        if skip_count() > before and skipped.get(id(self)) is not self:
-            skipped[id(self)] = self  # torch may count one graph's skip twice
-            reason = getattr(self, "disabled_cudagraphs_reason", None) or "unknown"
+    def observe(graph: Any, before: int) -> None:
+        if skip_count() > before and skipped.get(id(graph)) is not graph:
+            skipped[id(graph)] = graph  # torch may count one graph's skip twice
+            reason = getattr(graph, "disabled_cudagraphs_reason", None) or "unknown"
             if not str(reason).startswith("skipping cudagraphs"):
                 reason = f"skipping cudagraphs due to {reason}"
             _emit("skip", {"reason": str(reason)})
+
+    @functools.wraps(method)
+    def method_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before = run_ours(loss, skip_count)
+        result = method(self, *args, **kwargs)
+        if before is not None:
+            run_ours(loss, observe, self, before)
         return result
 
     return method_observed
@@ -128,34 +183,85 @@ def _observed_graph_method(method: Any) -> Any:
 def _observed_manager_init(init: Any) -> Any:
     in_init = _STATE.in_manager_init
 
+    creators = _STATE.manager_threads
+
+    loss = PATCHES["observe.manager_init"].loss
+
+    def tag(manager: Any) -> None:
+        creators[manager] = (threading.get_ident(), threading.current_thread().name)
+
     @functools.wraps(init)
-    def init_observed(*args: Any, **kwargs: Any) -> None:
+    def init_observed(self: Any, *args: Any, **kwargs: Any) -> None:
         in_init.active = True  # its empty pool-initialising capture is not a recording
         try:
-            init(*args, **kwargs)
+            init(self, *args, **kwargs)
         finally:
             in_init.active = False
+        run_ours(loss, tag, self)
 
     return init_observed
 
 
+def _observed_manager_run(run: Any) -> Any:
+    """Every call of a compiled function through a tree manager (warm-up, recording, replay):
+    from a thread other than the manager's creator, it is the ``cross-thread`` event."""
+    creators = _STATE.manager_threads
+
+    loss = PATCHES["observe.manager_run"].loss
+
+    def observe(manager: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        creator = creators.get(manager)
+        if creator is not None and creator[0] != threading.get_ident():
+            function_id = kwargs.get("function_id", args[1] if len(args) > 1 else None)
+            name = function_name(manager, function_id)
+            _emit("cross-thread", {"creator": creator[1], "function": name})
+
+    @functools.wraps(run)
+    def run_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run_ours(loss, observe, self, args, kwargs)
+        return run(self, *args, **kwargs)
+
+    return run_observed
+
+
+def function_name(manager: Any, function_id: Any) -> str:
+    """A compiled function as its user knows it: the innermost user frame of its recorded stack
+    traces (``fn (model.py:12)``), else its tree manager's function id."""
+    traces = getattr(manager, "ids_to_stack_traces", {}).get(function_id) or []
+    for trace in traces:
+        frames = [line.strip() for line in str(trace or "").splitlines()]
+        frames = [line for line in frames if line.startswith("File ")]
+        if frames:
+            where, _, name = frames[-1].rpartition(", in ")
+            file_part, _, line_part = where.partition(", line ")
+            file_name = file_part.removeprefix("File ").strip('"').replace("\\", "/")
+            return f"{name} ({file_name.rsplit('/', 1)[-1]}:{line_part})"
+    return f"compiled function #{function_id}"
+
+
 def _observed_capture_end(capture_end: Any) -> Any:
     in_init = _STATE.in_manager_init
+    loss = PATCHES["observe.capture_end"].loss
+
+    def observe() -> None:
+        if not getattr(in_init, "active", False):
+            _emit("recorded", {})
 
     @functools.wraps(capture_end)
     def capture_end_observed(*args: Any, **kwargs: Any) -> Any:
         result = capture_end(*args, **kwargs)
-        if not getattr(in_init, "active", False):
-            _emit("recorded", {})
+        run_ours(loss, observe)
         return result
 
     return capture_end_observed
 
 
 def _observed_replay(replay: Any) -> Any:
+    loss = PATCHES["observe.replay"].loss
+
     @functools.wraps(replay)
     def replay_observed(*args: Any, **kwargs: Any) -> Any:
-        _emit("replay", {})
+        run_ours(loss, _emit, "replay", {})
         return replay(*args, **kwargs)
 
     return replay_observed
@@ -167,24 +273,48 @@ def _patch_compile_fx(module: ModuleType) -> None:
 
 
 def _patch_compiled_graph(module: ModuleType) -> None:
+    """Only where ``CompiledFxGraph`` has ``post_compile``; a class that inherits it or its
+    ``__init__`` has changed shape."""
     graph = getattr(module, "CompiledFxGraph", None)
-    if isinstance(graph, type) and "post_compile" in graph.__dict__:
+    if isinstance(graph, type) and hasattr(graph, "post_compile"):
         _STATE.patches.apply(PATCHES["observe.graph_init"], graph, _observed_graph_method)
         _STATE.patches.apply(PATCHES["observe.graph_post_compile"], graph, _observed_graph_method)
 
 
 def _patch_trees(module: ModuleType) -> None:
-    manager = module.CUDAGraphTreeManager
-    _STATE.patches.apply(PATCHES["observe.manager_init"], manager, _observed_manager_init)
+    row = PATCHES["observe.manager_init"]
+    manager = owner_class(module, "CUDAGraphTreeManager", row)
+    if manager is None:
+        return
+    _STATE.patches.apply(row, manager, _observed_manager_init)
+    if shares_callables_across_threads():
+        _STATE.patches.apply(PATCHES["observe.manager_run"], manager, _observed_manager_run)
+
+
+def shares_callables_across_threads() -> bool:
+    """Whether a compiled function runs its graphs through the tree manager of the thread that
+    first ran it, whichever thread calls it (torch < 2.13)."""
+    return release_tuple() < PER_THREAD_CALLABLES
+
+
+def _patch_output_graph(module: ModuleType) -> None:
+    row = PATCHES["observe.backend"]
+    output_graph = owner_class(module, "OutputGraph", row)
+    if output_graph is not None:
+        _STATE.patches.apply(row, output_graph, _observed_user_compiler)
 
 
 def _patch_graphs(module: ModuleType) -> None:
-    _STATE.patches.apply(PATCHES["observe.capture_end"], module.CUDAGraph, _observed_capture_end)
-    _STATE.patches.apply(PATCHES["observe.replay"], module.CUDAGraph, _observed_replay)
+    rows = PATCHES["observe.capture_end"], PATCHES["observe.replay"]
+    graph = owner_class(module, "CUDAGraph", *rows)
+    if graph is not None:
+        _STATE.patches.apply(rows[0], graph, _observed_capture_end)
+        _STATE.patches.apply(rows[1], graph, _observed_replay)
 
 
 _OBSERVED_MODULES: Final = {
     "torch._inductor.compile_fx": _patch_compile_fx,
+    "torch._dynamo.output_graph": _patch_output_graph,
     "torch._inductor.output_code": _patch_compiled_graph,
     "torch._inductor.codecache": _patch_compiled_graph,
     CUDAGRAPH_TREES: _patch_trees,
@@ -192,10 +322,14 @@ _OBSERVED_MODULES: Final = {
 }
 
 
+_PATCHING: Final = Loss("--cudagraph-report", "activity of the modules not yet observed")
+
+
 def _patch_loaded(name: str, module: ModuleType) -> None:
+    """Runs inside the user's import of ``name``: what it raises never reaches the import."""
     if name not in _STATE.observed_names and _STATE.observers:
         _STATE.observed_names.add(name)
-        _OBSERVED_MODULES[name](module)
+        run_ours(_PATCHING, _OBSERVED_MODULES[name], module)
 
 
 def _not_yet_observed(name: str) -> bool:

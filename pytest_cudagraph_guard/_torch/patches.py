@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
+from .faults import Loss, note_internal_error, note_missing
+
 
 class PatchRow(NamedTuple):
     """One torch attribute the plugin replaces."""
@@ -17,9 +19,14 @@ class PatchRow(NamedTuple):
     releases: str  # the torch releases where it is replaced
     feature: str
     why: str
+    loses: str  # what the user no longer gets where it cannot be applied
 
     def owners(self) -> tuple[str, ...]:
         return tuple(part.strip() for part in self.owner.split("|"))
+
+    @property
+    def loss(self) -> Loss:
+        return Loss(self.feature, self.loses)
 
 
 _CONFIG_MODULES: Final = "torch._inductor.config | torch._dynamo.config"
@@ -28,11 +35,18 @@ _GRAPH: Final = (
     "torch._inductor.output_code.CompiledFxGraph | torch._inductor.codecache.CompiledFxGraph"
 )
 _CUDA_GRAPH: Final = "torch.cuda.graphs.CUDAGraph"
+_GUARD: Final = "--cudagraph-guard"
+_REPORT: Final = "--cudagraph-report"
 _TLS_INIT: Final = 'cudagraph_thread(tls="init")'
 _LOCKED_WHY: Final = (
     "held under one process-wide lock, as 2.13 takes graph_capture_lock: captures in several "
     "threads must not overlap"
 )
+_COUNTING_LOSES: Final = (
+    "the quick 'nothing changed' check (each test's config is compared in full, which is slower)"
+)
+_LOCKED_LOSES: Final = "capture serialisation between threads (captures may overlap)"
+_SKIPS_LOSES: Final = "cudagraph skips and their reasons"
 
 _ROWS: Final = (
     PatchRow(
@@ -40,17 +54,19 @@ _ROWS: Final = (
         _CONFIG_MODULES,
         "__class__",
         "2.1+",
-        "leak guard",
+        _GUARD,
         "a subclass of the module's own class counts every __setattr__/__delattr__, so the "
         "guard tells 'nothing changed' without comparing snapshots",
+        _COUNTING_LOSES,
     ),
     PatchRow(
         "counting.config_entry_class",
         "torch.utils._config_module._ConfigEntry",
         "__class__",
         "2.6+",
-        "leak guard",
+        _GUARD,
         "entries count their own writes too: a default replaced or hide set by hand",
+        _COUNTING_LOSES,
     ),
     PatchRow(
         "trees.get_obj",
@@ -60,11 +76,26 @@ _ROWS: Final = (
         "cudagraph_thread, --cudagraph-settings",
         "where a worker thread imports cudagraph_trees first, the main thread is given its "
         "per-thread state when it first needs it, as 2.13's get_obj does",
+        "the main thread's CUDA graph trees state after a worker thread imported them first",
     ),
     PatchRow(
-        "readiness.lock_manager_init", _MANAGER, "__init__", "2.1-2.12", _TLS_INIT, _LOCKED_WHY
+        "readiness.lock_manager_init",
+        _MANAGER,
+        "__init__",
+        "2.1-2.12",
+        _TLS_INIT,
+        _LOCKED_WHY,
+        _LOCKED_LOSES,
     ),
-    PatchRow("readiness.lock_run_eager", _MANAGER, "run_eager", "2.1-2.12", _TLS_INIT, _LOCKED_WHY),
+    PatchRow(
+        "readiness.lock_run_eager",
+        _MANAGER,
+        "run_eager",
+        "2.1-2.12",
+        _TLS_INIT,
+        _LOCKED_WHY,
+        _LOCKED_LOSES,
+    ),
     PatchRow(
         "readiness.lock_record_function",
         _MANAGER,
@@ -72,6 +103,7 @@ _ROWS: Final = (
         "2.1-2.12",
         _TLS_INIT,
         _LOCKED_WHY,
+        _LOCKED_LOSES,
     ),
     PatchRow(
         "readiness.fx_tracing_check",
@@ -82,62 +114,92 @@ _ROWS: Final = (
         "torch.fx's tracing flag is process-wide: while one thread traces, dynamo would reject "
         "a compiled call in any other thread; the check is made true only inside this thread's "
         "Tracer.trace",
+        "the per-thread FX tracing check (one thread's tracing can fail another's compiled call)",
     ),
     PatchRow(
         "observe.compile_fx",
         "torch._inductor.compile_fx",
         "compile_fx",
         "2.1+",
-        "--cudagraph-report",
+        _REPORT,
         "every inductor compile, with its options and the cudagraph switches it sees",
+        "compile counts and their options",
     ),
     PatchRow(
         "observe.cudagraphify",
         "torch._inductor.compile_fx",
         "cudagraphify",
         "2.1+",
-        "--cudagraph-report",
+        _REPORT,
         "every graph wrapped for CUDA graphs, with or without trees",
+        "counts of cudagraphed graphs",
     ),
     PatchRow(
         "observe.graph_init",
         _GRAPH,
         "__init__",
         "where CompiledFxGraph defines post_compile",
-        "--cudagraph-report",
+        _REPORT,
         "cudagraph skips of a compiled graph and their reason, some never logged by torch",
+        _SKIPS_LOSES,
     ),
     PatchRow(
         "observe.graph_post_compile",
         _GRAPH,
         "post_compile",
         "where CompiledFxGraph defines post_compile",
-        "--cudagraph-report",
+        _REPORT,
         "cudagraph skips of a graph loaded from the FX graph cache",
+        _SKIPS_LOSES,
     ),
     PatchRow(
         "observe.manager_init",
         _MANAGER,
         "__init__",
         "2.1+",
-        "--cudagraph-report",
-        "the empty capture a tree manager makes to set up its pool is not counted as a recording",
+        _REPORT,
+        "the empty capture a tree manager makes to set up its pool is not counted as a recording; "
+        "each manager is tagged with the thread that created it",
+        "telling a tree manager's set-up capture from a recording (recordings may count one more), "
+        "and the cross-thread-graph finding",
+    ),
+    PatchRow(
+        "observe.backend",
+        "torch._dynamo.output_graph.OutputGraph",
+        "call_user_compiler",
+        "2.1+",
+        _REPORT,
+        "every torch.compile backend call (eager, aot_eager, cudagraphs, custom callables), "
+        "named; inductor's own compiles are seen through compile_fx",
+        "compile counts of backends other than inductor",
+    ),
+    PatchRow(
+        "observe.manager_run",
+        _MANAGER,
+        "run",
+        "2.1-2.12",
+        _REPORT,
+        "a CUDA graph recorded or replayed through a tree manager that another thread created "
+        "(one compiled function shared by threads): the cross-thread-graph finding",
+        "the cross-thread-graph finding",
     ),
     PatchRow(
         "observe.capture_end",
         _CUDA_GRAPH,
         "capture_end",
         "2.1+",
-        "--cudagraph-report",
+        _REPORT,
         "every CUDA graph recorded",
+        "recording counts",
     ),
     PatchRow(
         "observe.replay",
         _CUDA_GRAPH,
         "replay",
         "2.1+",
-        "--cudagraph-report",
+        _REPORT,
         "every CUDA graph replayed",
+        "replay counts",
     ),
 )
 
@@ -170,7 +232,10 @@ def applied_rows() -> dict[str, frozenset[str]]:
 
 
 class Patches:
-    """Attributes of torch replaced for a while, put back unless someone replaced them since."""
+    """Attributes of torch replaced for a while, put back unless someone replaced them since.
+
+    A row whose attribute is missing or cannot be replaced is not applied and its loss is
+    noted; a failure of ``wrap`` (ours) is noted as an internal error."""
 
     def __init__(self) -> None:
         self._applied: list[tuple[object, str, Any, Any]] = []
@@ -178,16 +243,27 @@ class Patches:
     def __bool__(self) -> bool:
         return bool(self._applied)
 
-    def apply(self, row: PatchRow, owner: object, wrap: Callable[[Any], Any]) -> None:
-        """Replaces ``owner``'s ``row.attribute`` with ``wrap(original)``, where it is callable."""
+    def apply(self, row: PatchRow, owner: object, wrap: Callable[[Any], Any]) -> bool:
+        """Replaces ``owner``'s ``row.attribute`` with ``wrap(original)``; whether it did."""
         name = row.attribute
         original = _attribute(owner, name)
         if original is None or not callable(original):
-            return
-        replacement = wrap(original)
+            problem = "is missing" if original is None else "is not callable"
+            note_missing(row.loss, f"{owner_path(owner)}.{name}", problem)
+            return False
+        try:
+            replacement = wrap(original)
+        except Exception as error:
+            note_internal_error(row.loss, error)
+            return False
+        try:
+            setattr(owner, name, replacement)
+        except (AttributeError, TypeError) as error:
+            note_missing(row.loss, f"{owner_path(owner)}.{name}", f"cannot be replaced ({error})")
+            return False
         self._applied.append((owner, name, original, replacement))
-        setattr(owner, name, replacement)
         _APPLIED.note(row, owner)
+        return True
 
     def undo(self) -> None:
         while self._applied:
@@ -196,11 +272,31 @@ class Patches:
                 setattr(owner, name, original)
 
 
-def replace_for_good(row: PatchRow, module: object, wrap: Callable[[Any], Any]) -> None:
-    """Replaces a module's ``row.attribute`` with ``wrap(original)`` for the process."""
-    original = getattr(module, row.attribute)
-    module.__dict__[row.attribute] = wrap(original)
+def owner_class(module: object, name: str, *rows: PatchRow) -> type | None:
+    """``module``'s class ``name``, or None with each row's loss noted."""
+    found = getattr(module, name, None)
+    if isinstance(found, type):
+        return found
+    for row in rows:
+        note_missing(row.loss, f"{owner_path(module)}.{name}")
+    return None
+
+
+def replace_for_good(row: PatchRow, module: object, wrap: Callable[[Any], Any]) -> bool:
+    """Replaces a module's ``row.attribute`` with ``wrap(original)`` for the process; whether it
+    did (a missing attribute is noted)."""
+    original = getattr(module, row.attribute, None)
+    if original is None or not callable(original):
+        note_missing(row.loss, f"{owner_path(module)}.{row.attribute}")
+        return False
+    try:
+        replacement = wrap(original)
+    except Exception as error:
+        note_internal_error(row.loss, error)
+        return False
+    module.__dict__[row.attribute] = replacement
     _APPLIED.note(row, module)
+    return True
 
 
 def swap_class(row: PatchRow, obj: object, cls: type, *, owner: object) -> None:
@@ -211,4 +307,7 @@ def swap_class(row: PatchRow, obj: object, cls: type, *, owner: object) -> None:
 
 def _attribute(owner: object, name: str) -> Any:
     """A class's own attribute (not an inherited one), or a module's."""
-    return owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    try:
+        return owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    except Exception:
+        return None

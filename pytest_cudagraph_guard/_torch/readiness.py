@@ -17,7 +17,8 @@ import sys
 import threading
 from typing import Any, Final
 
-from .patches import PATCHES, Patches
+from .faults import note_missing, run_ours
+from .patches import PATCHES, Patches, owner_class
 from .trees import import_cudagraph_trees, serializes_captures
 
 _SERIALIZED: Final = (
@@ -46,15 +47,21 @@ def start_thread_readiness() -> None:
     if _STATE.users > 1:
         return
     if not serializes_captures(trees):
-        for row in _SERIALIZED:
-            _STATE.patches.apply(row, trees.CUDAGraphTreeManager, _locked)
+        manager = owner_class(trees, "CUDAGraphTreeManager", *_SERIALIZED)
+        for row in _SERIALIZED if manager is not None else ():
+            _STATE.patches.apply(row, manager, _locked)
+    _make_fx_tracing_check_per_thread()
+
+
+def _make_fx_tracing_check_per_thread() -> None:
+    row = PATCHES["readiness.fx_tracing_check"]
     tracing = importlib.import_module("torch.fx._symbolic_trace")
-    trace_code = inspect.unwrap(tracing.Tracer.trace).__code__
-    _STATE.patches.apply(
-        PATCHES["readiness.fx_tracing_check"],
-        tracing,
-        lambda check: _per_thread(check, trace_code),
-    )
+    trace = getattr(getattr(tracing, "Tracer", None), "trace", None)
+    trace_code = getattr(inspect.unwrap(trace), "__code__", None) if callable(trace) else None
+    if trace_code is None:
+        note_missing(row.loss, "torch.fx._symbolic_trace.Tracer.trace")
+        return
+    _STATE.patches.apply(row, tracing, lambda check: _per_thread(check, trace_code))
 
 
 def stop_thread_readiness() -> None:
@@ -77,17 +84,23 @@ def _locked(method: Any) -> Any:
 
 
 def _per_thread(is_fx_symbolic_tracing: Any, trace_code: Any) -> Any:
-    """The check, true only where the calling thread itself is inside ``Tracer.trace``."""
+    """The check, true only where the calling thread itself is inside ``Tracer.trace``; torch's
+    own answer where our part fails."""
+    loss = PATCHES["readiness.fx_tracing_check"].loss
 
-    @functools.wraps(is_fx_symbolic_tracing)
-    def in_this_thread() -> bool:
-        if not is_fx_symbolic_tracing():
-            return False
-        frame = sys._getframe(1)
+    def tracing_here() -> bool:
+        frame = sys._getframe(2)
         while frame is not None:
             if frame.f_code is trace_code:
                 return True
             frame = frame.f_back  # type: ignore[assignment]
         return False
+
+    @functools.wraps(is_fx_symbolic_tracing)
+    def in_this_thread() -> bool:
+        if not is_fx_symbolic_tracing():
+            return False
+        here = run_ours(loss, tracing_here)
+        return True if here is None else here
 
     return in_this_thread

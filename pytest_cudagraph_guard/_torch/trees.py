@@ -14,6 +14,7 @@ import threading
 from types import ModuleType
 from typing import Any, Final
 
+from .faults import run_ours
 from .patches import PATCHES, replace_for_good
 from .runtime import import_torch
 
@@ -60,14 +61,15 @@ def import_cudagraph_trees() -> ModuleType:
 def _creating_main_thread_state(original_get_obj: Any) -> Any:
     main = threading.main_thread()
     tls = sys.modules["torch"]._C
+    loss = PATCHES["trees.get_obj"].loss
+
+    def ensure_main_thread_state(local: Any, attr_name: str) -> None:
+        if not hasattr(local, attr_name) and not tls._is_key_in_tls(attr_name):
+            ensure_cudagraph_tls()
 
     def get_obj(local: Any, attr_name: str) -> Any:
-        if (
-            threading.current_thread() is main
-            and not hasattr(local, attr_name)
-            and not tls._is_key_in_tls(attr_name)
-        ):
-            ensure_cudagraph_tls()
+        if threading.current_thread() is main:
+            run_ours(loss, ensure_main_thread_state, local, attr_name)
         return original_get_obj(local, attr_name)
 
     get_obj.__wrapped__ = original_get_obj  # type: ignore[attr-defined]
@@ -77,6 +79,13 @@ def _creating_main_thread_state(original_get_obj: Any) -> Any:
 def creates_thread_state_lazily(trees: ModuleType) -> bool:
     """Whether this torch's ``get_obj`` creates missing thread state (2.13+)."""
     return hasattr(trees, "_initialize_tls")
+
+
+def fx_tracing_is_per_thread() -> bool:
+    """Whether FX's symbolic-tracing flag is per thread (2.14+), so that one thread's tracing
+    cannot fail another thread's compiled call."""
+    tracing = sys.modules.get("torch.fx._symbolic_trace")
+    return tracing is not None and hasattr(tracing, "_is_fx_tracing_tls")
 
 
 def serializes_captures(trees: ModuleType) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Final, NamedTuple
 
+from .faults import note_uncopyable
+
 _IMMUTABLE_TYPES: Final = (int, float, bool, type(None), str, tuple, bytes, frozenset)
 
 
@@ -32,7 +34,10 @@ def is_mutable(value: object) -> bool:
     return not isinstance(value, _IMMUTABLE_TYPES)
 
 
-def copy_value(value: object) -> Any:
+def copy_value(value: object, name: str | None = None) -> Any:
+    """A deep copy of a mutable value, to compare and put back later. A value that cannot be
+    copied is kept as itself: its replacement is still seen, changes made in place to it are
+    not, and where ``name`` is given that is said once (``faults``)."""
     if value is UNSET or not is_mutable(value):
         return value
     import copy
@@ -40,6 +45,8 @@ def copy_value(value: object) -> Any:
     try:
         return copy.deepcopy(value)
     except Exception:
+        if name is not None:
+            note_uncopyable(name)
         return value
 
 

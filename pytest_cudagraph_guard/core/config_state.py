@@ -9,7 +9,8 @@ from typing import Any, Final, NamedTuple
 
 from .. import _torch
 from .._torch import HIDDEN, UNSET, ConfigAccess, RawEntry
-from .settings import ENV_PREFIXES
+from .records import LeakEntry, leak_entry
+from .settings import ENV_PREFIXES, jsonable
 
 ENV_UNSET: Final = "<unset>"
 
@@ -29,19 +30,42 @@ def raw_environ() -> dict[Any, Any]:
 
 
 class Change(NamedTuple):
-    """One setting whose effective value differs between two snapshots."""
+    """One setting whose effective value differs between two snapshots; ``written_as`` is the
+    dotted alias the user wrote it through, if any."""
 
     where: str
     key: str
     before: Any
     after: Any
+    written_as: str | None = None
 
     def describe(self) -> str:
-        return f"{self.qualified_key}: {_show(self.before)} -> {_show(self.after)}"
+        return f"{self.shown_key}: {_show(self.before)} -> {_show(self.after)}"
 
     @property
     def qualified_key(self) -> str:
         return f"${self.key}" if self.where == "env" else f"{self.where}.{self.key}"
+
+    @property
+    def shown_key(self) -> str:
+        """The key as the user wrote it, with the setting it stands for after an alias."""
+        if self.written_as is None:
+            return self.qualified_key
+        return f"{self.written_as} (alias of {self.key})"
+
+    def as_leak(self) -> LeakEntry:
+        return leak_entry(
+            self.written_as or self.qualified_key,
+            _shown_value(self.before),
+            _shown_value(self.after),
+            alias_of=self.qualified_key if self.written_as else None,
+        )
+
+
+def _shown_value(value: Any) -> Any:
+    if value is HIDDEN or value is UNSET or value == ENV_UNSET:
+        return _show(value)
+    return jsonable(value)
 
 
 def _show(value: Any) -> str:
@@ -114,7 +138,8 @@ def _effective_changes(diffs: list[_KeyDiff]) -> list[Change]:
         then = diff.config.effective(diff.key, diff.before)
         now = diff.config.effective(diff.key, diff.after)
         if _torch.values_differ(now, then):
-            changes.append(Change(diff.config.name, diff.key, then, now))
+            alias = _torch.alias_written(diff.config.name, diff.key)
+            changes.append(Change(diff.config.name, diff.key, then, now, alias))
     return changes
 
 
@@ -155,11 +180,18 @@ def absorb(baseline: Snapshot, before: Snapshot, after: Snapshot) -> None:
                 baseline.env.pop(key, None)
 
 
+def _uncopied(kept: Any, value: Any) -> bool:
+    """Whether ``kept`` is ``value`` itself where a copy was wanted: in-place changes to it
+    cannot be seen, and the snapshot has said so."""
+    return kept is value and value is not UNSET and _torch.is_mutable(value)
+
+
 class QuickCheck:
     """An O(changes) test of "is the state still what ``Snapshot`` saw", for the hot path.
 
     It watches the config modules' own change counter, the environment, which config modules
-    are imported, every default object, and the values of mutable keys (changed in place).
+    are imported, every default object, and the values of mutable keys (changed in place; a
+    value that cannot be copied is named once by the snapshot and left out).
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -175,12 +207,14 @@ class QuickCheck:
             self._defaults.append((cfg, cfg.defaults_vector()))
             for key in cfg.mutable_keys(entries):
                 read = cfg.raw_reader(key)
-                override, default = read()
-                self._mutable.append(
-                    (read, (_torch.copy_value(override), _torch.copy_value(default)))
-                )
+                now = read()
+                kept = _torch.copy_value(now[0]), _torch.copy_value(now[1])
+                if not any(_uncopied(k, n) for k, n in zip(kept, now, strict=True)):
+                    self._mutable.append((read, kept))
 
     def unchanged(self) -> bool:
+        if not _torch.counts_every_change():
+            return False  # the count proves nothing: the caller compares in full
         if _torch.change_count() != self._count or _environ_data() != self._environ:
             return False
         for name, module in self._modules.items():

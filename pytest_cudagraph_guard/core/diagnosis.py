@@ -171,12 +171,19 @@ def tls_corrupt_hint() -> str:
 
 
 def thread_error_hint(exc: BaseException, thread_name: str) -> str:
+    if NESTED_FX_TRACE in str(exc) and _torch.fx_tracing_is_per_thread():
+        return (
+            f"raised in thread {thread_name!r}: this thread called a compiled function while "
+            f"it was FX-tracing ({_torch_label()} keeps that flag per thread, so no other "
+            "thread caused it); trace the uncompiled function, or call the compiled one "
+            "outside the traced code"
+        )
     if NESTED_FX_TRACE in str(exc):
         return (
-            f"raised in thread {thread_name!r}: torch's FX-tracing flag is process-wide, so a "
-            "compiled function called while another thread compiles is taken for nested "
-            "tracing; compile each function once before the threads run it, or compile in "
-            "one thread at a time"
+            f"raised in thread {thread_name!r}: {_torch_label()}'s FX-tracing flag is "
+            "process-wide (per thread from torch 2.14), so a compiled function called while "
+            "another thread compiles is taken for nested tracing; compile each function once "
+            "before the threads run it, or compile in one thread at a time"
         )
     return (
         f"raised in thread {thread_name!r}, outside the main thread; not a known CUDA-graph "

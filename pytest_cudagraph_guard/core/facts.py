@@ -1,6 +1,7 @@
 """What one feature learns about a test that another feature shows, kept in the test's stash.
 
-The threads feature writes these and the report reads them, so neither imports the other.
+The threads feature, the leak guard and the suite options write these and the report reads them,
+so no feature imports another.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from .records import ErrorEntry, SettingEntry
+from .records import ErrorEntry, LeakEntry, SettingEntry
 
 
 @dataclass
@@ -24,3 +25,8 @@ class ThreadRunFacts:
 
 
 thread_run_key = pytest.StashKey[ThreadRunFacts]()
+
+# What the leak guard found the test left changed (and restored), set before the teardown report.
+leaks_key = pytest.StashKey[list[LeakEntry]]()
+# The option that applied a marker of the plugin to the test, e.g. ``--cudagraph-subprocess``.
+applied_by_key = pytest.StashKey[str]()

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import pytest
 
 from .diagnosis import ALL_KINDS
-from .markers import TLS_MODES
+from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
 
 FINDING_KINDS: Final = ("leak", "cudagraph-skip")
 FAIL_ON_KINDS: Final = (*ALL_KINDS, *FINDING_KINDS)
+# The option that applies each marker to a suite's unmarked tests.
+OPTION_OF: Final = {
+    THREAD_MARKER: "--cudagraph-threads",
+    SUBPROCESS_MARKER: "--cudagraph-subprocess",
+}
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,16 @@ class SuiteOptions:
     @property
     def applies_markers(self) -> bool:
         return self.threads > 0 or self.subprocess
+
+    def as_record(self) -> dict[str, Any]:
+        """The options as the report's environment shows them (builtin types)."""
+        return {
+            "threads": self.threads,
+            "tls": self.tls,
+            "subprocess": self.subprocess,
+            "timeout": self.timeout,
+            "fail_on": sorted(self.fail_on),
+        }
 
 
 def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:

@@ -30,10 +30,24 @@ class SettingEntry(TypedDict):
 
 
 class CompiledEntry(TypedDict):
+    """One function compiled: its thread, its backend, its options, and the cudagraph settings
+    in effect in its thread at that moment."""
+
     thread: str
+    backend: str
     options: dict[str, Any]
     cudagraphs: bool
     trees: Any
+    settings: dict[str, Any]
+
+
+class LeakEntry(TypedDict):
+    """A setting the test left changed, as the user named it; the guard restored it."""
+
+    key: str
+    before: Any
+    after: Any
+    alias_of: str | None  # the setting an alias key stands for
 
 
 class SkipEntry(TypedDict):
@@ -71,6 +85,10 @@ class TestRecord(TypedDict):
     env: dict[str, str]
     activity: Activity
     errors: list[ErrorEntry]
+    leaks: list[LeakEntry]
+    settings_at_end: dict[str, SettingEntry]  # keys the test changed after its compiles
+    uses_plugin: bool  # a fixture or marker of the plugin
+    applied_by: str | None  # the option that applied the plugin's marker, e.g. --cudagraph-threads
 
 
 class Environment(TypedDict):
@@ -82,6 +100,7 @@ class Environment(TypedDict):
     cuda: str | None
     driver: str | None
     gpus: list[str]
+    options: dict[str, Any]  # the suite options of the session
 
 
 class ReportSummary(TypedDict):
@@ -127,6 +146,29 @@ def setting_entry(value: Any, source: str) -> SettingEntry:
     return {"value": value, "source": source}
 
 
+def leak_entry(key: str, before: Any, after: Any, *, alias_of: str | None = None) -> LeakEntry:
+    return {"key": key, "before": before, "after": after, "alias_of": alias_of}
+
+
+def compiled_entry(
+    *,
+    thread: str,
+    backend: str,
+    options: dict[str, Any],
+    cudagraphs: bool,
+    trees: Any,
+    settings: dict[str, Any],
+) -> CompiledEntry:
+    return {
+        "thread": thread,
+        "backend": backend,
+        "options": options,
+        "cudagraphs": cudagraphs,
+        "trees": trees,
+        "settings": settings,
+    }
+
+
 def activity_record(
     *,
     compiled: list[CompiledEntry],
@@ -169,6 +211,10 @@ def new_test_record(
     env: dict[str, str],
     activity: Activity,
     errors: list[ErrorEntry],
+    leaks: list[LeakEntry] | None = None,
+    settings_at_end: dict[str, SettingEntry] | None = None,
+    uses_plugin: bool = False,
+    applied_by: str | None = None,
 ) -> TestRecord:
     return {
         "nodeid": nodeid,
@@ -178,6 +224,10 @@ def new_test_record(
         "env": env,
         "activity": activity,
         "errors": errors,
+        "leaks": leaks or [],
+        "settings_at_end": settings_at_end or {},
+        "uses_plugin": uses_plugin,
+        "applied_by": applied_by,
     }
 
 
@@ -189,6 +239,7 @@ def environment_record(
     cuda: str | None,
     driver: str | None,
     gpus: list[str],
+    options: dict[str, Any] | None = None,
 ) -> Environment:
     return {
         "python": python,
@@ -197,6 +248,7 @@ def environment_record(
         "cuda": cuda,
         "driver": driver,
         "gpus": gpus,
+        "options": options or {},
     }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
 from .. import _torch
@@ -40,6 +40,62 @@ def effective_settings(extra_keys: Iterable[str] = ()) -> dict[str, Setting]:
         raw = config.raw(key)
         found[key] = Setting(config.effective(key, raw), _source(config, key, raw, names))
     return found
+
+
+class SettingsReader:
+    """``settings_record(effective_settings(keys))``, read again only when a key's stored value
+    or the environment changed since the last read: most tests change neither, and a full read
+    (sources included) costs far more than comparing what it was made from."""
+
+    def __init__(self) -> None:
+        self._config: _torch.ConfigAccess | None = None
+        self._keys: list[str] = []
+        self._readers: list[Callable[[], tuple[Any, Any]]] = []
+        self._made_from: list[tuple[Any, Any]] = []
+        self._environ: list[tuple[Any, Any]] = []
+        self._record: dict[str, SettingEntry] = {}
+
+    def read(self, extra_keys: Iterable[str] = ()) -> dict[str, SettingEntry]:
+        config = _torch.loaded_config(_torch.INDUCTOR_CONFIG)
+        if config is None:
+            config = _torch.import_config(_torch.INDUCTOR_CONFIG)
+        keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
+        if config is not self._config or keys != self._keys:
+            self._config, self._keys = config, keys
+            self._readers = [config.raw_reader(key) for key in keys]
+            self._made_from = []
+        if self._unchanged():
+            return dict(self._record)
+        self._record = settings_record(effective_settings(extra_keys))
+        self._made_from = [_copied(read()) for read in self._readers]
+        self._environ = _torch_environ()
+        return dict(self._record)
+
+    def _unchanged(self) -> bool:
+        if not self._made_from or _torch_environ() != self._environ:
+            return False
+        differ = _torch.values_differ
+        for read, (override, default) in zip(self._readers, self._made_from, strict=True):
+            now_override, now_default = read()
+            if differ(now_override, override) or differ(now_default, default):
+                return False
+        return True
+
+
+def _copied(raw: tuple[Any, Any]) -> tuple[Any, Any]:
+    return (_torch.copy_value(raw[0]), _torch.copy_value(raw[1]))
+
+
+def _torch_environ() -> list[tuple[Any, Any]]:
+    """The variables whose names start with ``TORCH`` (every prefix torch reads), as stored:
+    cheap to compare, unlike the whole environment (pytest sets PYTEST_CURRENT_TEST each phase)."""
+    data = getattr(os.environ, "_data", None)
+    if not isinstance(data, dict):
+        data = dict(os.environ)
+    return [(k, v) for k, v in data.items() if k[:5] in _TORCH_PREFIXES]
+
+
+_TORCH_PREFIXES: Final = (b"TORCH", "TORCH")
 
 
 def _source(
@@ -83,6 +139,21 @@ def jsonable(value: Any) -> Any:
 
 def settings_record(settings: dict[str, Setting]) -> dict[str, SettingEntry]:
     return {k: setting_entry(jsonable(s.value), s.source) for k, s in settings.items()}
+
+
+class EnvReader:
+    """``torch_env()``, made again only when torch's variables changed since the last call."""
+
+    def __init__(self) -> None:
+        self._environ: list[tuple[Any, Any]] | None = None
+        self._found: dict[str, str] = {}
+
+    def read(self) -> dict[str, str]:
+        environ = _torch_environ()
+        if environ != self._environ:
+            self._found = torch_env()
+            self._environ = environ
+        return dict(self._found)
 
 
 def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

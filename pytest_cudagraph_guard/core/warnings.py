@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+
+from .. import _torch
+
 
 class CudagraphConfigLeakWarning(UserWarning):
     """A test changed torch's cudagraph-related config or environment and left it changed."""
@@ -10,3 +14,11 @@ class CudagraphConfigLeakWarning(UserWarning):
 class CudagraphGuardWarning(UserWarning):
     """The plugin could not do part of its work (an unknown torch layout, say) and says what the
     user loses; the tests run on as they would without the plugin."""
+
+
+def warn_torch_notices() -> None:
+    """Warns, once each, what the torch boundary noted since the last call: parts that could not
+    work on this torch and internal errors of ours. Called only from pytest hooks, where pytest
+    records warnings and where nothing of torch's or the user's is on the stack."""
+    for notice in _torch.take_notices():
+        warnings.warn(CudagraphGuardWarning(notice), stacklevel=2)

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import pytest
 
+from ..core.facts import applied_by_key
 from ..core.markers import SubprocessOptions
 from ..core.options import suite_options
 from ..core.records import (
@@ -284,6 +285,7 @@ def _death_record(
         env=torch_env({**os.environ, **dict(options.env)}),
         activity=no_activity(),
         errors=[error],
+        applied_by=item.stash.get(applied_by_key, None),
     )
     item.config.hook.pytest_cudagraph_record(item=item, record=record)
     return record

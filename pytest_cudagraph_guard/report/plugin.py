@@ -3,7 +3,6 @@ torch did meanwhile, and attaches the test's record to its teardown report."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Generator
 from typing import Any, Final
@@ -12,7 +11,7 @@ import pytest
 
 from .. import _torch
 from ..core.diagnosis import error_record, hook_diagnoser
-from ..core.facts import ThreadRunFacts, thread_run_key
+from ..core.facts import ThreadRunFacts, applied_by_key, leaks_key, thread_run_key
 from ..core.markers import SUBPROCESS_MARKER, THREAD_MARKER
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
 from ..core.records import (
@@ -22,10 +21,11 @@ from ..core.records import (
     TestRecord,
     new_test_record,
     no_activity,
-    setting_entry,
 )
-from ..core.settings import effective_settings, jsonable, settings_record, torch_env
+from ..core.settings import EnvReader, SettingsReader
 from .activity import TestActivity
+from .compiled_settings import compiled_settings
+from .fail_on import failure_text, findings
 from .formats import ReportFormat
 from .thread_watch import ThreadExceptionWatch
 
@@ -48,16 +48,25 @@ test_state_key = pytest.StashKey[TestState]()
 
 class ReportPlugin:
     """Observes each test where it runs and builds its record; registered while a report is
-    asked for. Errors of threads that a test started itself reach the record through
-    ``threading.excepthook``."""
+    asked for or ``--cudagraph-fail-on`` needs the records. Errors of threads that a test
+    started itself reach the record through ``threading.excepthook``."""
 
-    def __init__(self, config: pytest.Config, formats: list[ReportFormat]) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        formats: list[ReportFormat],
+        fail_on: frozenset[str] = frozenset(),
+    ) -> None:
         self.config = config
+        self.fail_on = fail_on
         self.everything = any(f.kind == "term-all" for f in formats)
         self.observing = False
         self._current: TestActivity | None = None
         self._lock = threading.Lock()
         self._extra_keys: list[str] | None = None
+        self._settings = SettingsReader()
+        self._env = EnvReader()
+        self._torch_memos: dict[tuple[str, str], bool] = {}
         self._diagnose_hook = hook_diagnoser(config)
         self._thread_watch = ThreadExceptionWatch(self._diagnose_hook)
 
@@ -95,16 +104,31 @@ class ReportPlugin:
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        failures: list[str] = []
         if call.when == "teardown":  # the record rides on the teardown report, so it is built first
             failed = call.excinfo is not None and not is_skip_or_xfail(call.excinfo.value)
             self._phase_done(item, call, "failed" if failed else "passed")
             record = self._record_for(item, self._thread_watch.drain())
             if record is not None:
+                failures = self._fail_on(item, record)
+                self.config.hook.pytest_cudagraph_record(item=item, record=record)
                 item.user_properties.append((USER_PROPERTY, record))
         report = yield
         if call.when != "teardown":
             self._phase_done(item, call, phase_outcome(report))
+        elif failures:
+            _fail_teardown(report, failure_text(item.nodeid, failures))
         return report
+
+    def _fail_on(self, item: pytest.Item, record: TestRecord) -> list[str]:
+        """The record's entries that ``--cudagraph-fail-on`` fails the test for; the record's
+        outcome says so."""
+        found = findings(record, self.fail_on) if self.fail_on else []
+        state = item.stash.get(test_state_key, None)
+        if found and state is not None:
+            state.outcomes["teardown"] = "failed"
+            record["outcome"] = overall_outcome(state.outcomes)
+        return found
 
     # -- settings ------------------------------------------------------------------------------
 
@@ -116,16 +140,7 @@ class ReportPlugin:
         return self._extra_keys
 
     def _settings_now(self) -> dict[str, SettingEntry]:
-        return settings_record(effective_settings(self.extra_keys()))
-
-    def _worth_settings(self, item: pytest.Item, state: TestState) -> bool:
-        """Settings are read where the body ran, but only for tests that will be reported."""
-        return _torch.torch_loaded() and (
-            self.everything
-            or _uses_plugin(item)
-            or bool(state.errors)
-            or (state.activity is not None and state.activity.happened())
-        )
+        return self._settings.read(self.extra_keys())
 
     # -- one test ------------------------------------------------------------------------------
 
@@ -134,8 +149,8 @@ class ReportPlugin:
         if state is None:
             return
         state.outcomes[call.when] = outcome
-        if call.when == "call" and state.settings is None and self._worth_settings(item, state):
-            state.settings = self._settings_now()
+        if call.when == "call" and state.settings is None and _torch.torch_loaded():
+            state.settings = self._settings_now()  # where the body ran
         excinfo = call.excinfo
         threaded = call.when == "call" and thread_run_key in item.stash  # its threads tell
         if excinfo is not None and not threaded and not is_skip_or_xfail(excinfo.value):
@@ -152,29 +167,37 @@ class ReportPlugin:
         if activity is not None:
             activity.finish()
         threads = item.stash.get(thread_run_key, None)
-        errors = _errors(state, threads, foreign_errors)
-        relevant = (
-            _uses_plugin(item)
-            or threads is not None
-            or errors
-            or (activity is not None and activity.happened())
-        )
-        if not (relevant or self.everything):
-            return None
         settings = (threads.settings if threads is not None else None) or state.settings
         if settings is None and _torch.torch_loaded():
             settings = self._settings_now()
-        record = new_test_record(
+        shown = compiled_settings(settings or {}, activity)
+        return new_test_record(
             item.nodeid,
             outcome=overall_outcome(state.outcomes),
             where=threads.where if threads is not None else "main",
-            settings=_with_compile_sources(settings or {}, activity),
-            env=torch_env(),
+            settings=shown.settings,
+            env=self._user_env(),
             activity=activity.as_record() if activity is not None else no_activity(),
-            errors=errors,
+            errors=_errors(state, threads, foreign_errors),
+            leaks=item.stash.get(leaks_key, None),
+            settings_at_end=shown.at_end,
+            uses_plugin=_uses_plugin(item),
+            applied_by=item.stash.get(applied_by_key, None),
         )
-        self.config.hook.pytest_cudagraph_record(item=item, record=record)
-        return record
+
+    def _user_env(self) -> dict[str, str]:
+        """The relevant environment variables, less those torch set by itself."""
+        return {
+            name: value
+            for name, value in self._env.read().items()
+            if not self._torch_memo(name, value)
+        }
+
+    def _torch_memo(self, name: str, value: str) -> bool:
+        known = self._torch_memos.get((name, value))
+        if known is None:
+            known = self._torch_memos[(name, value)] = _torch.is_torch_env_memo(name, None, value)
+        return known
 
     # -- torch's events ------------------------------------------------------------------------
 
@@ -200,26 +223,19 @@ def _errors(
             errors += state.activity.divergences(None)
         else:
             errors += state.activity.divergences(threads.switches, threads.threads)
+        errors += state.activity.cross_thread_graphs()
     return errors
+
+
+def _fail_teardown(report: pytest.TestReport, text: str) -> None:
+    if report.passed:
+        report.outcome = "failed"
+        report.longrepr = text
+    else:
+        report.sections.append(("cudagraph-fail-on", text))
 
 
 def _uses_plugin(item: pytest.Item) -> bool:
     return bool(PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ()))) or any(
         item.get_closest_marker(name) is not None for name in PLUGIN_MARKERS
     )
-
-
-def _with_compile_sources(
-    settings: dict[str, SettingEntry], activity: TestActivity | None
-) -> dict[str, SettingEntry]:
-    """A key that every compile of the test set through its options is shown as ``compile``."""
-    if activity is None or not activity.compiled:
-        return settings
-    merged = dict(settings)
-    options = [c.options for c in activity.compiled]
-    for key in set(options[0]).intersection(*options[1:]):
-        values = {json.dumps(jsonable(o[key])) for o in options}
-        value = jsonable(options[0][key])
-        if len(values) == 1 and key in merged and merged[key]["value"] != value:
-            merged[key] = setting_entry(value, "compile")
-    return merged

@@ -4,26 +4,85 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections import Counter
 from typing import Final
 
 from .. import _torch
-from ..core.records import ReportDocument, ReportSummary, SettingEntry, TestRecord
+from ..core.diagnosis import UNCLASSIFIED
+from ..core.records import (
+    Activity,
+    LeakEntry,
+    ReportDocument,
+    ReportSummary,
+    SettingEntry,
+    TestRecord,
+)
 
 WIDTH: Final = 100
 
 
-def terminal_lines(record: TestRecord) -> list[str]:
+def worth_a_look(record: TestRecord) -> bool:
+    """A test that used the plugin, compiled, met an error or leaked: ``term`` shows it."""
+    return bool(
+        record.get("uses_plugin")
+        or record["where"] != "main"
+        or record["errors"]
+        or record.get("leaks")
+        or _had_activity(record["activity"])
+    )
+
+
+def _had_activity(activity: Activity) -> bool:
+    return bool(
+        activity["compiled"]
+        or activity["cudagraphed_graphs"]
+        or activity["recorded"]
+        or activity["replays"]
+        or activity["skips"]
+    )
+
+
+def kind_name(kind: str | None) -> str:
+    return UNCLASSIFIED if kind is None else kind
+
+
+def terminal_lines(record: TestRecord, everything: bool = False) -> list[str]:
+    """One test's block: what informs (``everything``: all that is known)."""
     lines = [f"{record['nodeid']}  {record['outcome']}  [{record['where']}]"]
-    if record["settings"]:
-        lines += _wrapped("settings: ", _settings_text(record["settings"]))
+    settings = _settings_text(record["settings"], record.get("settings_at_end", {}), everything)
+    if settings:
+        lines += _wrapped("settings: ", settings)
     if record["env"]:
         lines += _wrapped("env: ", "; ".join(f"{k}={v}" for k, v in record["env"].items()))
     activity = record["activity"]
-    lines.append(
-        f"  activity: compiled {len(activity['compiled'])}, cudagraphed graphs "
+    if everything or _had_activity(activity):
+        lines += _activity_lines(activity)
+    for error in record["errors"]:
+        message = error["message"] or "(no message)"
+        kind = kind_name(error["kind"])
+        lines += _wrapped(
+            "error: ", f"[{error['thread']}] {error['type']}: {message}  (kind: {kind})"
+        )
+        if error.get("hint"):
+            lines += _wrapped("hint: ", str(error["hint"]), indent=6)
+    for leak in record.get("leaks", []):
+        lines += _wrapped("leak: ", f"{_leak_key(leak)}: {leak['before']!r} -> {leak['after']!r}")
+    return lines
+
+
+def _leak_key(leak: LeakEntry) -> str:
+    alias_of = leak.get("alias_of")
+    return f"{leak['key']} (alias of {alias_of.rsplit('.', 1)[-1]})" if alias_of else leak["key"]
+
+
+def _activity_lines(activity: Activity) -> list[str]:
+    backends = Counter(c.get("backend", "inductor") for c in activity["compiled"])
+    named = f" ({', '.join(f'{b} {n}' for b, n in sorted(backends.items()))})" if backends else ""
+    lines = [
+        f"  activity: compiled {len(activity['compiled'])}{named}, cudagraphed graphs "
         f"{activity['cudagraphed_graphs']}, recorded {activity['recorded']}, replays "
         f"{activity['replays']}, skips {len(activity['skips'])}"
-    )
+    ]
     if len(activity["by_thread"]) > 1:
         for thread, counts in activity["by_thread"].items():
             lines.append(
@@ -32,28 +91,29 @@ def terminal_lines(record: TestRecord) -> list[str]:
             )
     for skip in activity["skips"]:
         lines += _wrapped("skip: ", f"[{skip['thread']}] {skip['reason']}", indent=4)
-    for error in record["errors"]:
-        message = error["message"] or "(no message)"
-        lines += _wrapped(
-            "error: ", f"[{error['thread']}] {error['type']}: {message}  (kind: {error['kind']})"
-        )
-        if error.get("hint"):
-            lines += _wrapped("hint: ", str(error["hint"]), indent=6)
     return lines
 
 
-def _settings_text(settings: dict[str, SettingEntry]) -> str:
-    """The settings not at their default, and the CUDA-graph switches whatever their source."""
-    shown = [
-        f"{key}={entry['value']!r} ({entry['source']})"
-        for key, entry in settings.items()
-        if entry["source"] != "default" or key in _torch.CUDAGRAPH_SWITCHES
-    ]
-    at_default = sum(1 for e in settings.values() if e["source"] == "default") - sum(
-        1 for k in _torch.CUDAGRAPH_SWITCHES if k in settings and settings[k]["source"] == "default"
-    )
-    suffix = f"; {at_default} more at their defaults" if at_default > 0 else ""
-    return "; ".join(shown) + suffix
+def _settings_text(
+    settings: dict[str, SettingEntry], at_end: dict[str, SettingEntry], everything: bool
+) -> str:
+    """The settings not at their default (``everything``: the CUDA-graph switches too, and a
+    count of the rest); a key the test changed after compiling shows both values."""
+    shown = []
+    for key, entry in settings.items():
+        if key in at_end:
+            end = at_end[key]
+            shown.append(
+                f"{key}={entry['value']!r} at compile ({entry['source']}), "
+                f"{end['value']!r} at the end ({end['source']})"
+            )
+        elif entry["source"] != "default" or (everything and key in _torch.CUDAGRAPH_SWITCHES):
+            shown.append(f"{key}={entry['value']!r} ({entry['source']})")
+    if everything:
+        at_default = len(settings) - len(shown)
+        if at_default > 0:
+            shown.append(f"{at_default} more at their defaults")
+    return "; ".join(shown)
 
 
 def summary_line(summary: ReportSummary) -> str:
@@ -81,28 +141,46 @@ def json_text(document: ReportDocument) -> str:
 
 def markdown_text(document: ReportDocument) -> str:
     lines = _markdown_head(document)
+    quiet = 0
     for record in document["tests"]:
+        if not worth_a_look(record):
+            quiet += 1
+            continue
         cudagraphs = record["settings"].get("triton.cudagraphs")
         value, source = (cudagraphs["value"], cudagraphs["source"]) if cudagraphs else (None, None)
         activity = record["activity"]
-        kinds = ", ".join(sorted({str(e["kind"]) for e in record["errors"]}))
+        kinds = ", ".join(sorted({kind_name(e["kind"]) for e in record["errors"]}))
         lines.append(
             f"| `{_cell(record['nodeid'])}` | {record['outcome']} | {record['where']} | "
             f"{_cell(value)} ({_cell(source)}) | "
             f"{activity['recorded']} | {activity['replays']} | {len(activity['skips'])} | "
             f"{_cell(kinds or None)} |"
         )
+    if quiet:
+        lines += ["", nothing_to_show_line(quiet)]
     errors = [(r["nodeid"], e) for r in document["tests"] for e in r["errors"]]
     if errors:
         lines += ["", "## Errors", ""]
         for nodeid, error in errors:
             lines.append(
-                f"- `{_cell(nodeid)}` [{error['thread']}] **{error['kind']}**: "
+                f"- `{_cell(nodeid)}` [{error['thread']}] **{kind_name(error['kind'])}**: "
                 f"`{_cell(error['type'])}: {_cell(error['message'] or '(no message)')}`"
             )
             if error.get("hint"):
                 lines.append(f"  - {_cell(error['hint'])}")
+    leaks = [(r["nodeid"], leak) for r in document["tests"] for leak in r.get("leaks", [])]
+    if leaks:
+        lines += ["", "## Leaks", ""]
+        for nodeid, leak in leaks:
+            lines.append(
+                f"- `{_cell(nodeid)}` `{_cell(_leak_key(leak))}`: "
+                f"`{_cell(repr(leak['before']))}` -> `{_cell(repr(leak['after']))}`"
+            )
     return "\n".join(lines) + "\n"
+
+
+def nothing_to_show_line(count: int) -> str:
+    return f"{count} more test{'s' if count != 1 else ''} with nothing to show"
 
 
 def _markdown_head(document: ReportDocument) -> list[str]:

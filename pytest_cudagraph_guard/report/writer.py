@@ -7,11 +7,13 @@ import os
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import pytest
 
 from .. import _torch
+from ..core.diagnosis import UNCLASSIFIED
+from ..core.options import OPTION_OF
 from ..core.records import (
     USER_PROPERTY,
     Environment,
@@ -23,7 +25,14 @@ from ..core.records import (
     report_summary,
 )
 from .formats import ReportFormat
-from .render import json_text, markdown_text, summary_line, terminal_lines
+from .render import (
+    json_text,
+    markdown_text,
+    nothing_to_show_line,
+    summary_line,
+    terminal_lines,
+    worth_a_look,
+)
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
 TERMINAL_KINDS: Final = ("term", "term-all")
@@ -34,9 +43,11 @@ class ReportWriter:
     collects each test's record from its teardown report, prints the terminal section and
     writes the files."""
 
-    def __init__(self, formats: list[ReportFormat]) -> None:
+    def __init__(self, formats: list[ReportFormat], options: dict[str, Any] | None = None) -> None:
         self.formats = formats
+        self.options = options or {}
         self.records: dict[str, TestRecord] = {}
+        self.write_errors: list[str] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
@@ -47,17 +58,37 @@ class ReportWriter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not any(f.kind in TERMINAL_KINDS for f in self.formats):
-            return
+        if any(f.kind in TERMINAL_KINDS for f in self.formats):
+            self._terminal_section(terminalreporter)
+        for error in self.write_errors:
+            terminalreporter.write_line(error, red=True)
+
+    def _terminal_section(self, terminalreporter: pytest.TerminalReporter) -> None:
+        everything = any(f.kind == "term-all" for f in self.formats)
         terminalreporter.write_sep("=", "cudagraph report")
-        if not self.records:
+        for line in self.applied_lines():
+            terminalreporter.write_line(line)
+        shown = [n for n in sorted(self.records) if everything or worth_a_look(self.records[n])]
+        if not shown:
             terminalreporter.write_line(
-                "no test used the plugin, compiled with CUDA graphs or met a thread or TLS error"
+                "no test used the plugin, compiled, leaked or met a thread or TLS error"
             )
-        for nodeid in sorted(self.records):
-            for line in terminal_lines(self.records[nodeid]):
+        for nodeid in shown:
+            for line in terminal_lines(self.records[nodeid], everything):
                 terminalreporter.write_line(line)
+        if len(shown) < len(self.records):
+            terminalreporter.write_line(nothing_to_show_line(len(self.records) - len(shown)))
         terminalreporter.write_line(summary_line(self.summary()))
+
+    def applied_lines(self) -> list[str]:
+        """What the suite options applied, e.g. ``cudagraph_subprocess applied to 517 tests by
+        --cudagraph-subprocess``."""
+        counts = Counter(r.get("applied_by") for r in self.records.values())
+        return [
+            f"{marker} applied to {counts[option]} tests by {option}"
+            for marker, option in OPTION_OF.items()
+            if counts[option]
+        ]
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         document = None
@@ -66,14 +97,22 @@ class ReportWriter:
                 continue
             document = document or self.document()
             text = json_text(document) if fmt.kind == "json" else markdown_text(document)
-            write_atomically(fmt.path, text)
+            try:
+                write_atomically(fmt.path, text)
+            except OSError as error:
+                reason = error.strerror or type(error).__name__
+                self.write_errors.append(
+                    f"cudagraph report: could not write {fmt.kind}:{fmt.path} ({reason})"
+                )
 
     def summary(self) -> ReportSummary:
         records = list(self.records.values())
         return report_summary(
             tests=len(records),
             outcomes=dict(Counter(r["outcome"] for r in records)),
-            errors_by_kind=dict(Counter(str(e["kind"]) for r in records for e in r["errors"])),
+            errors_by_kind=dict(
+                Counter(e["kind"] or UNCLASSIFIED for r in records for e in r["errors"])
+            ),
             recorded=sum(r["activity"]["recorded"] for r in records),
             replays=sum(r["activity"]["replays"] for r in records),
             skips=sum(len(r["activity"]["skips"]) for r in records),
@@ -82,13 +121,13 @@ class ReportWriter:
     def document(self) -> ReportDocument:
         return report_document(
             schema=SCHEMA,
-            environment=_environment(),
+            environment=_environment(self.options),
             tests=[self.records[k] for k in sorted(self.records)],
             summary=self.summary(),
         )
 
 
-def _environment() -> Environment:
+def _environment(options: dict[str, Any]) -> Environment:
     try:
         found = _torch.versions()
     except _torch.TorchNotInstalled:
@@ -102,6 +141,7 @@ def _environment() -> Environment:
         cuda=found.get("cuda"),
         driver=found.get("driver"),
         gpus=found["gpus"],
+        options=options,
     )
 
 

@@ -20,6 +20,7 @@ class ThreadsPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
+        __tracebackhide__ = True
         mark = plugin_marks(pyfuncitem)[0]
         if mark is None:
             return (yield)
@@ -30,6 +31,7 @@ class ThreadsPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        __tracebackhide__ = True
         mark = plugin_marks(item)[0]
         if mark is None:
             return (yield)

@@ -20,11 +20,13 @@ from ..core import config_state
 from ..core.diagnosis import THREAD_ERROR, TIMEOUT, DiagnoseHook, error_record, timeout_hint
 from ..core.facts import ThreadRunFacts, thread_run_key
 from ..core.markers import THREAD_MARKER, ThreadOptions
+from ..core.outcomes import is_skip_or_xfail
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import cudagraph_switches
 
 THREAD_NAME = "cudagraph-thread-{index}"
 RELEASE_GRACE_S = 30.0
+SHORT_TRACEBACK_ENDS = 2  # frames kept at each end of another thread's traceback
 
 
 @contextmanager
@@ -58,7 +60,12 @@ def thread_runner(
         switches=cudagraph_switches(options.trees),
     )
     item.stash[thread_run_key] = result
-    return lambda body: ThreadRun(body, options, result, diagnose_hook, settings_keys).run()
+
+    def run(body: Callable[[], Any]) -> None:
+        __tracebackhide__ = True
+        ThreadRun(body, options, result, diagnose_hook, settings_keys).run()
+
+    return run
 
 
 def _threaded(
@@ -66,6 +73,7 @@ def _threaded(
 ) -> Callable[..., Any]:
     @functools.wraps(body)
     def threaded(*args: Any, **kwargs: Any) -> None:
+        __tracebackhide__ = True
         run(functools.partial(body, *args, **kwargs))
 
     return threaded
@@ -95,6 +103,7 @@ class ThreadRun:
         self.bodies_done: set[str] = set()
 
     def run(self) -> None:
+        __tracebackhide__ = True
         _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
         # From torch 2.12 the threads' overrides live and die in their own contexts.
         before = config_state.Snapshot.take() if _torch.config_is_process_wide() else None
@@ -170,8 +179,9 @@ class ThreadRun:
             self.errors.setdefault(name, exc)
 
     def _conclude(self, stuck: list[threading.Thread]) -> None:
-        for name in self.names:
-            if name in self.errors:
+        __tracebackhide__ = True
+        for name in self.names:  # a skip or xfail is the test's outcome, not an error
+            if name in self.errors and not is_skip_or_xfail(self.errors[name]):
                 self.result.errors.append(error_record(self.errors[name], name, self.diagnose_hook))
         if stuck:
             self._fail_timeout(stuck)
@@ -230,31 +240,66 @@ def _timeout_record(thread_name: str, timeout: float) -> ErrorEntry:
 def _raise_failures(
     failures: list[tuple[str, BaseException]], records: list[ErrorEntry], threads: int
 ) -> None:
+    """Raises the first thread's failure, naming every thread that failed alike; each other way
+    the threads failed follows once, as a note with its own short traceback."""
+    __tracebackhide__ = True
     by_thread = {record["thread"]: record for record in records}
+    (names, first), *others = _alike(failures)
+    notes = [f"{_who(names, threads)} raised this", *_diagnosis_lines(by_thread.get(names[0]))]
+    if others:
+        ways = f"{len(others) + 1} different ways"
+        notes.insert(0, f"{THREAD_MARKER}: {len(failures)} of {threads} threads failed, {ways}")
+    for other_names, other in others:
+        notes += ["", f"{_who(other_names, threads)} raised, differently:", _short(other)]
+        notes += _diagnosis_lines(by_thread.get(other_names[0]))
+    first.__notes__ = [*getattr(first, "__notes__", []), *notes]
+    raise first
+
+
+def _diagnosis_lines(record: ErrorEntry | None) -> list[str]:
+    if record is None or record["kind"] in (None, THREAD_ERROR):
+        return []
+    return [f"kind: {record['kind']}", f"hint: {record['hint']}"]
+
+
+def _short(exc: BaseException) -> str:
+    """``exc``'s traceback from the test's code on, as Python prints it."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if frame.filename not in (__file__, threading.__file__)
+    ]
+    if len(frames) > SHORT_TRACEBACK_ENDS * 2:
+        skipped = len(frames) - SHORT_TRACEBACK_ENDS * 2
+        lines = [
+            *traceback.format_list(frames[:SHORT_TRACEBACK_ENDS]),
+            f"  ... {skipped} more frames ...\n",
+            *traceback.format_list(frames[-SHORT_TRACEBACK_ENDS:]),
+        ]
+    else:
+        lines = traceback.format_list(frames)
+    return "".join(lines + traceback.format_exception_only(exc)).rstrip()
+
+
+def _alike(failures: list[tuple[str, BaseException]]) -> list[tuple[list[str], BaseException]]:
+    """The failures grouped by type, message and the lines they went through, in thread order;
+    each group keeps its first exception."""
+    groups: dict[tuple[Any, ...], tuple[list[str], BaseException]] = {}
     for name, exc in failures:
-        note = f"[{name}] raised this"
-        record = by_thread.get(name)
-        if record is not None and record["kind"] not in (None, THREAD_ERROR):
-            note += f"\n[{name}] kind: {record['kind']}\n[{name}] hint: {record['hint']}"
-        _add_note(exc, note)
-    if len(failures) == 1:
-        raise failures[0][1]
-    summary = f"{THREAD_MARKER}: {len(failures)} of {threads} threads failed"
-    group = _exception_group(summary, [exc for _, exc in failures])
-    raise group
+        names, _ = groups.setdefault(_signature(exc), ([], exc))
+        names.append(name)
+    return list(groups.values())
 
 
-def _add_note(exc: BaseException, note: str) -> None:
-    notes = list(getattr(exc, "__notes__", []))
-    if note not in notes:
-        exc.__notes__ = [*notes, note]
+def _signature(exc: BaseException) -> tuple[Any, ...]:
+    """What makes two failures alike: type, message, and where they began and ended. The
+    frames between may differ, since each thread may run code that torch generated for it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ends = [(f.filename, f.lineno) for f in (frames[:1] + frames[-1:])]
+    return (type(exc), str(exc), *ends)
 
 
-def _exception_group(message: str, errors: list[BaseException]) -> BaseException:
-    return _BaseExceptionGroup(message, errors)
-
-
-if sys.version_info >= (3, 11):
-    _BaseExceptionGroup = BaseExceptionGroup  # noqa: F821 (a builtin from 3.11)
-else:
-    from exceptiongroup import BaseExceptionGroup as _BaseExceptionGroup
+def _who(names: list[str], threads: int) -> str:
+    if len(names) == 1:
+        return f"[{names[0]}]"
+    return f"[{len(names)} of {threads} threads: {', '.join(names)}]"

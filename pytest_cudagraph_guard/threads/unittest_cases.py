@@ -30,6 +30,7 @@ def unittest_case_in_threads(
     case = getattr(item, "instance")  # noqa: B009 (typed as object on pytest.Item)
 
     def runtest() -> None:
+        __tracebackhide__ = True
         run(lambda: run_case(copy.copy(case)))
 
     item.runtest = runtest  # type: ignore[method-assign]
@@ -41,6 +42,7 @@ def unittest_case_in_threads(
 
 def run_case(case: unittest.TestCase) -> None:
     """Runs ``case`` and raises its first error, or its skip or expected failure as pytest's."""
+    __tracebackhide__ = True
     result = _ThreadResult()
     case.run(result)
     if result.raised is not None:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from ..conftest import QUIET_INI
+from ..torch_fixes import LAZY_THREAD_STATE
 from .drafters import drafter_suite
-from .test_gpu_threads import BEFORE_2_13
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_recordings_replays_and_a_skip_with_its_reason(gpu_tester: pytest.Pytest
     assert found["test_cpu_tensor"]["settings"]["triton.cudagraphs"]["source"] == "compile"
 
 
-@pytest.mark.skipif(not BEFORE_2_13, reason="torch >= 2.13 creates the thread state itself")
+@LAZY_THREAD_STATE.skip_where_fixed
 def test_tls_missing_in_the_report(gpu_tester: pytest.Pytester) -> None:
     gpu_tester.makepyfile(drafter_suite(threads=2, tls="native"))
     result = gpu_tester.runpytest_subprocess(
@@ -125,3 +125,105 @@ def torch_version() -> str:
     import torch
 
     return torch.__version__.split("+")[0]
+
+
+SHARED_AND_OWN = """
+import threading
+import pytest
+import torch
+
+def step(x):
+    return torch.sin(x) * 2 + torch.cos(x)
+
+shared = torch.compile(step, mode="reduce-overhead")  # one function for every drafter thread
+
+def own_function():
+    index = int(threading.current_thread().name.rsplit("-", 1)[-1])
+    namespace = {"torch": torch}
+    exec(f"def step(x):\\n    return torch.sin(x) * {index + 3} + torch.cos(x)\\n", namespace)
+    return torch.compile(namespace["step"], mode="reduce-overhead")
+
+@pytest.mark.cudagraph_thread(threads=2, tls="init", timeout=240)
+def test_shared_function():
+    x = torch.randn(4096, device="cuda")
+    for _ in range(4):
+        shared(x)
+    torch.cuda.synchronize()
+
+@pytest.mark.cudagraph_thread(threads=2, tls="init", timeout=240)
+def test_per_thread_functions():
+    compiled = own_function()
+    x = torch.randn(4096, device="cuda")
+    for _ in range(4):
+        compiled(x)
+    torch.cuda.synchronize()
+"""
+
+
+def test_a_shared_function_runs_graphs_through_another_threads_manager(
+    gpu_tester: pytest.Pytester,
+) -> None:
+    """The example trainer's shared-step shape: on torch < 2.13 the second thread records and
+    replays through the first thread's CUDAGraph Trees manager; per-thread functions do not."""
+    gpu_tester.makepyfile(test_shared=SHARED_AND_OWN)
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
+    )
+    print(result.stdout.str()[-4000:])
+    found = records(gpu_tester.path / "r.json")
+    shared = [
+        e for e in found["test_shared_function"]["errors"] if e["kind"] == "cross-thread-graph"
+    ]
+    own = [
+        e for e in found["test_per_thread_functions"]["errors"] if e["kind"] == "cross-thread-graph"
+    ]
+    assert own == []
+    if not LAZY_THREAD_STATE.is_present():  # before 2.13 threads share one callable
+        assert shared, found["test_shared_function"]["errors"]
+        assert "step (test_shared.py:" in shared[0]["message"]
+        assert {e["thread"] for e in shared} <= {"cudagraph-thread-0", "cudagraph-thread-1"}
+        result.stdout.fnmatch_lines(["*(kind: cross-thread-graph)"])
+    else:
+        assert shared == []
+
+
+UNITTEST_GPU = """
+import unittest
+import torch
+import torch._inductor.config as config
+
+def step(x):
+    return torch.sin(x) * 2 + torch.cos(x)
+
+class TestGraphs(unittest.TestCase):
+    def setUp(self):
+        self.patch = config.patch({"triton.cudagraphs": True, "triton.cudagraph_trees": True})
+        self.patch.__enter__()
+
+    def tearDown(self):
+        self.patch.__exit__(None, None, None)
+
+    def test_replays(self):
+        torch._dynamo.reset()
+        compiled = torch.compile(step)
+        x = torch.randn(1024, device="cuda")
+        for _ in range(4):
+            compiled(x)
+        torch.cuda.synchronize()
+"""
+
+
+def test_unittest_settings_agree_with_activity(gpu_tester: pytest.Pytester) -> None:
+    """setUp turns CUDA graphs on, tearDown restores them: the record's settings are those the
+    graphs were recorded with, and the terminal says both."""
+    gpu_tester.makepyfile(test_unit=UNITTEST_GPU)
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
+    )
+    result.assert_outcomes(passed=1)
+    record = records(gpu_tester.path / "r.json")["test_replays"]
+    assert record["activity"]["recorded"] >= 1
+    assert record["activity"]["replays"] >= 1
+    assert record["settings"]["triton.cudagraphs"]["value"] is True
+    assert record["settings_at_end"]["triton.cudagraphs"]["value"] is False
+    result.stdout.fnmatch_lines(["*triton.cudagraphs=True at compile (test), False at the end*"])

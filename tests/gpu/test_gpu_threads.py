@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ..conftest import QUIET_INI
+from ..torch_fixes import LAZY_THREAD_STATE
 from .drafters import drafter_suite
-
-BEFORE_2_13 = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13)
 
 
 @pytest.fixture
@@ -17,17 +15,18 @@ def gpu_tester(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-@pytest.mark.skipif(not BEFORE_2_13, reason="torch >= 2.13 creates the thread state itself")
+@LAZY_THREAD_STATE.skip_where_fixed
 def test_native_threads_fail_with_tls_missing_and_its_hint(gpu_tester: pytest.Pytester) -> None:
     gpu_tester.makepyfile(drafter_suite(threads=2, tls="native"))
     result = gpu_tester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*in get_obj*",
             "*AssertionError*",
-            "*[[]cudagraph-thread-0] kind: tls-missing",
-            "*[[]cudagraph-thread-0] hint: torch 2.* creates CUDAGraph Trees per-thread state*",
+            "*[[]2 of 2 threads: *] raised this",
+            "*kind: tls-missing",
+            "*hint: torch 2.* creates CUDAGraph Trees per-thread state*",
+            "*cudagraph_trees.py:*: AssertionError",
         ]
     )
 

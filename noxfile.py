@@ -1,0 +1,116 @@
+"""Release matrix: the suite on each torch release CI supports, and the plugin without torch.
+
+    nox -s tests                       # the three runs below, on Python 3.11
+    nox -s "tests(torch='2.13.0')"     # the README's test run
+    nox -s "tests(torch='2.14.1')"     # a CUDA build, about 5.5 GB
+    nox -s "tests(pytest='oldest')"    # the oldest pytest pyproject allows, beside torch 2.13.0
+    nox -s notorch                     # Python 3.10, 3.12 and 3.13, torch not installed
+    nox -s notorch-3.12
+    nox -s latest                      # the newest torch on the index; a download of GBs, not in CI
+
+Arguments after ``--`` go to pytest: ``nox -s "tests(torch='2.14.1')" -- -k threads``.
+Python versions are found on PATH; where pyenv manages them, the newest installed patch of each
+version this file needs is activated for nox's own lookups (``PYENV_VERSION``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import nox
+import tomllib
+
+TESTS_PYTHON = "3.11"
+NOTORCH_PYTHONS = ["3.10", "3.12", "3.13"]
+TESTS_MATRIX = [
+    nox.param("2.13.0", False, id="torch='2.13.0'"),
+    nox.param("2.14.1", False, id="torch='2.14.1'"),
+    nox.param("2.13.0", True, id="pytest='oldest'"),
+]
+NOTORCH_TESTS = "tests/notorch"
+# This machine's pip configuration caps torch through a constraints file; an empty one lifts it.
+NO_CONSTRAINTS = {"PIP_CONSTRAINT": os.devnull}
+
+nox.options.sessions = ["tests", "notorch"]
+nox.options.download_python = "never"
+
+
+def _pyenv_version_names(wanted: list[str]) -> str | None:
+    """``PYENV_VERSION`` that keeps the active versions and adds the newest installed patch of
+    each wanted ``X.Y``; None where pyenv is absent."""
+    if shutil.which("pyenv") is None:
+        return None
+    active = os.environ.get("PYENV_VERSION") or _pyenv("version-name")
+    installed = _pyenv("versions", "--bare").split()
+    names = active.split(":")
+    for minor in wanted:
+        patches = [v for v in installed if re.fullmatch(rf"{re.escape(minor)}\.\d+", v)]
+        if patches:
+            names.append(max(patches, key=lambda v: int(v.rsplit(".", 1)[1])))
+    return ":".join(dict.fromkeys(names))
+
+
+def _pyenv(*args: str) -> str:
+    return subprocess.run(
+        ["pyenv", *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+    return project
+
+
+def _dependencies_without_torch() -> list[str]:
+    """The package's dependencies and its ``test`` extra, torch left out."""
+    project = _project()
+    requirements = [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    return [r for r in requirements if re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0] != "torch"]
+
+
+def _oldest_pytest() -> str:
+    """The oldest pytest release series the package allows: ``pytest>=8`` gives ``8.0.*``."""
+    floor = next(
+        match[1]
+        for requirement in _project()["dependencies"]
+        if (match := re.fullmatch(r"pytest\s*>=\s*(\d+(?:\.\d+)?)(?:\.\d+)*", requirement))
+    )
+    return f"{floor}.*" if "." in floor else f"{floor}.0.*"
+
+
+def _run_suite(session: nox.Session) -> None:
+    session.run("python", "-m", "pytest", "-n", "2", *session.posargs)
+
+
+@nox.session(python=TESTS_PYTHON)
+@nox.parametrize(("torch", "oldest_pytest"), TESTS_MATRIX)
+def tests(session: nox.Session, torch: str, oldest_pytest: bool) -> None:
+    """The suite on one torch release (and, for one run, the oldest pytest allowed)."""
+    pins = [f"torch=={torch}", *([f"pytest=={_oldest_pytest()}"] if oldest_pytest else [])]
+    session.install(*pins, "-e", ".[test]")
+    _run_suite(session)
+
+
+@nox.session(python=NOTORCH_PYTHONS)
+def notorch(session: nox.Session) -> None:
+    """The plugin installed with its dependencies but not torch: it loads and skips its users."""
+    session.install("--no-deps", ".")
+    session.install(*_dependencies_without_torch())
+    session.run("python", "-m", "pytest", f"--confcutdir={NOTORCH_TESTS}", NOTORCH_TESTS)
+
+
+@nox.session(python=TESTS_PYTHON)
+def latest(session: nox.Session) -> None:
+    """The suite on the newest torch on the index, this machine's torch cap lifted."""
+    session.install("--upgrade", "torch", "-e", ".[test]", env=NO_CONSTRAINTS)
+    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+    _run_suite(session)
+
+
+if (_pyenv_versions := _pyenv_version_names([TESTS_PYTHON, *NOTORCH_PYTHONS])) is not None:
+    os.environ["PYENV_VERSION"] = _pyenv_versions

@@ -1,0 +1,37 @@
+"""Delivers, as ``CudagraphGuardWarning``, what the torch boundary noted: parts of the plugin that
+cannot work on the installed torch, and internal errors of ours caught inside torch's calls.
+
+Notices are noted where they happen (inside a compile, an import, a worker thread) and warned
+here, from hooks where pytest records warnings and nothing of torch's or the user's is on the
+stack. Each is warned once per session."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import pytest
+
+from . import _torch
+from .core.warnings import warn_torch_notices
+
+
+class NoticesPlugin:
+    """Registered for every session, after the leak guard, so that its teardown wrapper is the
+    outermost: what the guard's own checks note is warned at the same test's teardown."""
+
+    def __init__(self) -> None:
+        _torch.begin_fault_session()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        warn_torch_notices()
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        finally:
+            warn_torch_notices()
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        warn_torch_notices()

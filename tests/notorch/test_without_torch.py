@@ -1,0 +1,94 @@
+"""Where torch is not installed, the plugin loads, skips what needs torch and guards the rest.
+
+``nox -s notorch`` runs these in environments without torch; ``tests/test_lazy_torch.py`` covers
+the same ground with torch hidden from an installed one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+if importlib.util.find_spec("torch") is not None:
+    pytest.skip(
+        "torch is installed: `nox -s notorch` runs these without it", allow_module_level=True
+    )
+
+NOT_INSTALLED = "torch is not installed"
+
+USERS = """
+import pytest
+
+def test_inductor(inductor_config):
+    pass
+
+def test_dynamo(dynamo_config):
+    pass
+
+def test_cudagraphs(cudagraphs):
+    pass
+
+@pytest.mark.cudagraph_thread(threads=2)
+def test_in_threads():
+    pass
+
+@pytest.mark.cudagraph_subprocess
+def test_in_a_subprocess():
+    pass
+
+def test_plain():
+    pass
+"""
+
+
+def test_the_entry_point_registers_the_plugin(tester: pytest.Pytester) -> None:
+    result = tester.runpytest("--trace-config", "--co", "-q")
+    result.stdout.fnmatch_lines(["*cudagraph_guard*pytest_cudagraph_guard/plugin.py*"])
+    assert "torch" not in sys.modules
+
+
+def test_fixtures_and_markers_skip_and_plain_tests_pass(tester: pytest.Pytester) -> None:
+    tester.makepyfile(USERS)
+    result = tester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=5)
+    skips = [line for line in result.outlines if line.startswith("SKIPPED")]
+    assert skips
+    assert all(line.endswith(f": {NOT_INSTALLED}") for line in skips)
+
+
+def test_the_leak_guard_still_guards_torch_environment_variables(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makepyfile(
+        """
+        import os
+
+        def test_env_leak():
+            os.environ["TORCHINDUCTOR_MAX_AUTOTUNE"] = "1"
+        """
+    )
+    result = tester.runpytest()
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*$TORCHINDUCTOR_MAX_AUTOTUNE: <unset> -> '1'"])
+
+
+def test_the_report_has_no_torch_versions(tester: pytest.Pytester) -> None:
+    tester.makepyfile(USERS)
+    result = tester.runpytest("--cudagraph-report", "--cudagraph-report=json:report.json")
+    result.assert_outcomes(passed=1, skipped=5)
+    result.stdout.fnmatch_lines(["*cudagraph report*", "*test_in_threads*skipped*"])
+    report = json.loads((tester.path / "report.json").read_text())
+    environment = report["environment"]
+    assert {
+        key: environment[key] for key in ("torch", "triton", "cuda", "driver")
+    } == dict.fromkeys(("torch", "triton", "cuda", "driver"))
+    assert environment["gpus"] == []
+
+
+def test_cudagraph_settings_says_torch_is_not_installed(tester: pytest.Pytester) -> None:
+    result = tester.runpytest("--cudagraph-settings")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([f"{NOT_INSTALLED}: no cudagraph settings to show"])

@@ -1,0 +1,291 @@
+"""Fail-soft: a torch internal that is missing or has changed shape, or a bug of ours inside a
+torch call, stops only the part of the plugin concerned, with one warning, and never changes the
+user's outcomes. One fault per row of the patches table: a new row needs its fault here."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from pytest_cudagraph_guard import _torch
+from pytest_cudagraph_guard._torch import observe
+from pytest_cudagraph_guard._torch.patches import PATCHES, PatchRow
+
+_HELPERS = """
+import importlib.util
+import sys
+
+import torch
+
+
+def after_import(name, change):
+    '''Runs change(module) right after module `name` is executed (at once if it was).'''
+    if name in sys.modules:
+        change(sys.modules[name])
+        return
+
+    class Finder:
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(fullname)
+            exec_module = spec.loader.exec_module
+
+            def exec_then_change(module):
+                exec_module(module)
+                change(module)
+
+            spec.loader.exec_module = exec_then_change
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
+def delete(owner, name):
+    def change(module):
+        target = module
+        for part in owner.split("."):
+            target = getattr(target, part) if part else target
+        delattr(target, name)
+
+    return change
+
+
+def refuse_subclasses(cls):
+    def refuse(sub, **kwargs):
+        raise TypeError(f"{cls.__name__} cannot be subclassed here")
+
+    cls.__init_subclass__ = classmethod(refuse)
+
+
+def as_before_2_13(module):
+    for name in ("graph_capture_lock", "_initialize_tls"):
+        module.__dict__.pop(name, None)
+
+
+TREES = "torch._inductor.cudagraph_trees"
+"""
+
+_SUITE = """
+import threading
+
+import pytest
+import torch
+import torch._inductor.config as ic
+
+from pytest_cudagraph_guard import ensure_cudagraph_tls
+
+
+def step(x):
+    return torch.sin(x) * 2 + torch.cos(x)
+
+
+def test_a_worker_imports_trees_first():
+    errors = []
+
+    def worker():
+        try:
+            ensure_cudagraph_tls()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert errors == []
+
+
+def test_compiles():
+    torch.compile(step, mode="reduce-overhead")(torch.ones(8))
+
+
+@pytest.mark.cudagraph_thread(threads=2, tls="init")
+def test_threads():
+    torch.compile(step, backend="eager")(torch.ones(8))
+
+
+def test_leaks():
+    ic.max_autotune = True
+
+
+def test_sees_it_restored():
+    assert ic.max_autotune is False
+"""
+
+SUITE_TESTS = 5
+
+
+class Fault(NamedTuple):
+    """What the inner conftest does to torch, and the tests that this breaks in torch itself
+    (they fail with or without the plugin)."""
+
+    change: str
+    breaks: tuple[str, ...] = ()
+
+
+_TREES_AS_BEFORE = "after_import(TREES, as_before_2_13)\n"
+_GRAPH_TO_BASE = """
+def graph_to_base(module):
+    base = module.CompiledFxGraph
+    module.CompiledFxGraph = type("CompiledFxGraph", (base,), {"__module__": base.__module__})
+
+after_import("torch._inductor.output_code", graph_to_base)
+"""
+
+FAULTS = {
+    "counting.config_module_class": Fault(
+        "import torch._inductor.config as ic\nrefuse_subclasses(type(ic))\n"
+    ),
+    "counting.config_entry_class": Fault(
+        "after_import('torch.utils._config_module', lambda m: refuse_subclasses(m._ConfigEntry))\n"
+    ),
+    "trees.get_obj": Fault(  # the marker's threads release their trees through torch's get_obj
+        _TREES_AS_BEFORE + "after_import(TREES, delete('', 'get_obj'))\n", breaks=("test_threads",)
+    ),
+    "readiness.lock_manager_init": Fault(
+        _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n"
+    ),
+    "readiness.lock_run_eager": Fault(
+        _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', 'run_eager'))\n"
+    ),
+    "readiness.lock_record_function": Fault(
+        _TREES_AS_BEFORE
+        + "after_import(TREES, delete('CUDAGraphTreeManager', 'record_function'))\n"
+    ),
+    "readiness.fx_tracing_check": Fault(
+        "after_import('torch.fx._symbolic_trace', delete('', 'is_fx_symbolic_tracing'))\n",
+        breaks=("test_compiles", "test_threads"),
+    ),
+    "observe.compile_fx": Fault(
+        "after_import('torch._inductor.compile_fx', delete('', 'compile_fx'))\n",
+        breaks=("test_compiles",),
+    ),
+    "observe.cudagraphify": Fault(
+        "after_import('torch._inductor.compile_fx', delete('', 'cudagraphify'))\n"
+    ),
+    "observe.graph_init": Fault(_GRAPH_TO_BASE),
+    "observe.graph_post_compile": Fault(_GRAPH_TO_BASE),
+    "observe.manager_init": Fault(
+        "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n"
+    ),
+    "observe.capture_end": Fault("delattr(torch.cuda.graphs.CUDAGraph, 'capture_end')\n"),
+    "observe.replay": Fault("delattr(torch.cuda.graphs.CUDAGraph, 'replay')\n"),
+}
+
+
+def _missing_warnings(output: str, row: PatchRow) -> list[str]:
+    wanted = f"cudagraph_guard {row.feature}: {row.loses} unavailable on torch"
+    return [line for line in output.splitlines() if wanted in line]
+
+
+def _records(path: Path) -> dict[str, Any]:
+    document = json.loads(path.read_text())
+    return {record["nodeid"].split("::")[-1]: record for record in document["tests"]}
+
+
+def _assert_the_rest_of_the_report(records: dict[str, Any], row: PatchRow, fault: Fault) -> None:
+    assert {"test_compiles", "test_threads"} <= set(records)
+    if "test_compiles" in fault.breaks:
+        return
+    compiled = records["test_compiles"]
+    assert compiled["settings"]["triton.cudagraphs"]["value"] is True
+    if row.id != "observe.compile_fx":
+        assert len(compiled["activity"]["compiled"]) == 1
+    if row.loss != PATCHES["observe.graph_init"].loss:
+        assert len(compiled["activity"]["skips"]) == 1
+
+
+@pytest.mark.parametrize("row_id", sorted(PATCHES))
+def test_a_missing_torch_internal_turns_off_only_its_part(
+    ourtester: pytest.Pytester, row_id: str
+) -> None:
+    assert row_id in FAULTS, f"add a fault for the new row {row_id} to FAULTS"
+    row, fault = PATCHES[row_id], FAULTS[row_id]
+    ourtester.makeconftest(textwrap.dedent(_HELPERS) + fault.change)
+    ourtester.makepyfile(test_suite=_SUITE)
+    result = ourtester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-rA", "--cudagraph-report=json:r.json"
+    )
+    output = result.stdout.str()
+    result.assert_outcomes(
+        passed=SUITE_TESTS - len(fault.breaks), failed=len(fault.breaks), warnings=None
+    )
+    for name in fault.breaks:
+        result.stdout.fnmatch_lines([f"FAILED test_suite.py::{name}*"])
+    assert len(_missing_warnings(output, row)) == 1, output
+    assert "internal error" not in output
+    result.stdout.fnmatch_lines(["*CudagraphConfigLeakWarning: test_suite.py::test_leaks leaked*"])
+    _assert_the_rest_of_the_report(_records(ourtester.path / "r.json"), row, fault)
+
+
+def test_every_fault_names_a_row() -> None:
+    assert set(FAULTS) == set(PATCHES)
+
+
+def test_a_bug_of_ours_in_an_observer_never_reaches_the_users_compile(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(config_patches: object) -> dict[str, Any]:
+        raise ZeroDivisionError("a bug of ours")
+
+    monkeypatch.setattr(observe, "_options_of", broken)
+    ourtester.makepyfile(
+        """
+        import torch
+
+        def step(x):
+            return torch.sin(x) * 2 + torch.cos(x)
+
+        def test_first():
+            assert torch.compile(step, mode="reduce-overhead")(torch.ones(8)).shape == (8,)
+
+        def test_second():
+            torch._dynamo.reset()
+            assert torch.compile(step, mode="reduce-overhead")(torch.ones(4)).shape == (4,)
+        """
+    )
+    result = ourtester.runpytest("--cudagraph-report=json:r.json")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*CudagraphGuardWarning: cudagraph_guard internal error in --cudagraph-report *"
+            "turned off for this session: compile counts and their options. *",
+            "*Traceback (most recent call last):*",
+            "*ZeroDivisionError: a bug of ours*",
+        ]
+    )
+    records = _records(ourtester.path / "r.json")
+    assert [len(records[name]["activity"]["skips"]) for name in ("test_first", "test_second")] == [
+        1,
+        1,
+    ]
+    assert records["test_first"]["activity"]["compiled"] == []
+
+
+def test_an_action_that_fails_after_an_import_never_fails_the_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "stand_in_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "stand_in_module", raising=False)
+    _torch.begin_fault_session()
+    loss = _torch.Loss("a feature", "what it adds")
+
+    def broken() -> None:
+        raise KeyError("renamed in a new release")
+
+    assert _torch.run_after_import("stand_in_module", broken, loss)
+    import stand_in_module  # type: ignore[import-not-found]
+
+    assert stand_in_module.VALUE == 1
+    (notice,) = _torch.take_notices()
+    assert notice.startswith("cudagraph_guard internal error in a feature (torch ")
+    assert re.search(r"KeyError: 'renamed in a new release'\n$", notice)
+    monkeypatch.delitem(sys.modules, "stand_in_module")
