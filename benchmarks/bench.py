@@ -7,6 +7,8 @@ machine's drift hits both sides alike.
     python benchmarks/bench.py                 # every case, 5 pairs each
     python benchmarks/bench.py --pairs 3 --tests 200 --case guard
     python benchmarks/bench.py --subprocess    # the cudagraph_subprocess marker's cost
+    python benchmarks/bench.py --subprocess --against ../other-checkout   # this plugin vs that
+    python benchmarks/bench.py --gpu --pairs 3  # 200 small CUDA tests, marked vs not (needs CUDA)
     python benchmarks/bench.py --case report-json --tests 10000 --pairs 1  # JSON report's size
 
 The marker's cost is compared with a cold ``python -c "import torch"``, timed in the same run:
@@ -325,6 +327,115 @@ def measure_subprocess(
     return result
 
 
+def measure_subprocess_against(
+    other: Path, pairs: int, log: Callable[[str], None], marked: int = 8
+) -> dict[str, object]:
+    """The marker's suites with this checkout's plugin (A) against ``other``'s (B), A B A B."""
+    ours = Path(__file__).resolve().parents[1]
+    plain = ["-p", "no:cacheprovider", "-q"]
+    result: dict[str, object] = {"case": "subprocess-against", "other": str(other), "pairs": pairs}
+    with tempfile.TemporaryDirectory(prefix="cgg-bench-against-") as tmp:
+        for name, tests in (("marked_8", marked), ("marked_24", 3 * marked)):
+            root = Path(tmp) / name
+            write_torch_module(root, tests, SUBPROCESS_TEST)
+            timed(plain, root, ours)  # warm the caches
+            timed(plain, root, other)
+            times_a, times_b = [], []
+            for _ in range(pairs):
+                times_a.append(timed(plain, root, ours))
+                times_b.append(timed(plain, root, other))
+            ratio = statistics.median(a / b for a, b in zip(times_a, times_b, strict=True))
+            result[f"{name}_ratio"] = round(ratio, 4)
+            result[f"{name}_seconds_a"] = [round(t, 3) for t in times_a]
+            result[f"{name}_seconds_b"] = [round(t, 3) for t in times_b]
+            log(
+                f"{name}: this checkout / {other}: {ratio:.3f} (A median "
+                f"{statistics.median(times_a):.2f} s, B median {statistics.median(times_b):.2f} s)"
+            )
+    return result
+
+
+# Small CUDA tests: tensors allocated, a small graph captured with torch.cuda.graph and replayed.
+GPU_MODULE = """import pytest
+import torch
+
+{mark}
+
+def replay_small_graph(size=64):
+    x = torch.randn(size, size, device="cuda")
+    static_in = torch.zeros(size, size, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm up, as capture wants
+            static_out = static_in @ static_in + 1
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = static_in @ static_in + 1
+    static_in.copy_(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    return static_out, x
+
+"""
+GPU_TEST = """def test_{i}():
+    out, x = replay_small_graph()
+    assert torch.allclose(out, x @ x + 1, atol=1e-2)
+
+"""
+GPU_TARGETS = {"serial": 3.0, "n4": 1.5}
+
+
+def write_gpu_module(root: Path, tests: int, marked: bool) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    mark = "pytestmark = pytest.mark.cudagraph_subprocess" if marked else ""
+    body = GPU_MODULE.format(mark=mark) + "".join(GPU_TEST.format(i=i) for i in range(tests))
+    (root / "test_gpu_bench.py").write_text(body)
+
+
+def measure_gpu(pairs: int, log: Callable[[str], None], tests: int = 200) -> dict[str, object]:
+    """Every test marked against none marked, serial and under ``-n 4``; skipped without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        log("gpu: skipped, CUDA is not available")
+        return {"case": "gpu", "skipped": "CUDA is not available"}
+    result: dict[str, object] = {"case": "gpu", "tests": tests, "pairs": pairs}
+    with tempfile.TemporaryDirectory(prefix="cgg-bench-gpu-") as tmp:
+        marked, unmarked = Path(tmp) / "marked", Path(tmp) / "unmarked"
+        write_gpu_module(marked, tests, marked=True)
+        write_gpu_module(unmarked, tests, marked=False)
+        for name, extra in (("serial", []), ("n4", ["-n", "4"])):
+            command = ["-p", "no:cacheprovider", "-q", *extra]
+            timed(command, marked)  # warm the caches
+            timed(command, unmarked)
+            times_a, times_b = [], []
+            for _ in range(pairs):
+                times_a.append(timed(command, marked))
+                times_b.append(timed(command, unmarked))
+            ratio = statistics.median(a / b for a, b in zip(times_a, times_b, strict=True))
+            per_test_ms = statistics.median(
+                (a - b) / tests * 1000 for a, b in zip(times_a, times_b, strict=True)
+            )
+            target = GPU_TARGETS[name]
+            verdict = "ok" if ratio <= target else "OVER TARGET"
+            result[name] = {
+                "ratio": round(ratio, 4),
+                "per_test_ms": round(per_test_ms, 2),
+                "ratio_target": target,
+                "seconds_marked": [round(t, 3) for t in times_a],
+                "seconds_unmarked": [round(t, 3) for t in times_b],
+            }
+            log(
+                f"gpu {name}: marked / unmarked {ratio:.3f} (target <= {target}, {verdict}); "
+                f"{per_test_ms:.1f} ms more per test; marked median "
+                f"{statistics.median(times_a):.2f} s, unmarked {statistics.median(times_b):.2f} s"
+            )
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", choices=sorted(cases()), help="repeatable")
@@ -336,11 +447,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--marked", type=int, default=8, help="marked tests for --subprocess (8)")
     parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="200 small CUDA tests, all marked cudagraph_subprocess vs none, serial and -n 4",
+    )
+    parser.add_argument(
         "--against",
         type=Path,
         metavar="CHECKOUT",
         help="compare with another checkout of the plugin: A is this tree, B the same suite and "
-        "command with CHECKOUT's plugin (a ratio above 1: this tree is slower)",
+        "command with CHECKOUT's plugin (a ratio above 1: this tree is slower); with "
+        "--subprocess, the marker's suites of 8 and 24 tests",
     )
     args = parser.parse_args(argv)
     if args.tests < 1 or args.pairs < 1:
@@ -350,7 +467,13 @@ def main(argv: list[str] | None = None) -> int:
         f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {args.tests} tests, "
         f"{args.pairs} pairs per case; ratio = median(A/B)"
     )
-    if args.subprocess:
+    if args.gpu:
+        results = [measure_gpu(args.pairs, print)]
+    elif args.subprocess and args.against:
+        results = [
+            measure_subprocess_against(args.against.resolve(), args.pairs, print, args.marked)
+        ]
+    elif args.subprocess:
         results = [measure_subprocess(args.pairs, print, args.marked)]
     else:
         results = [

@@ -15,6 +15,11 @@ from pytest_cudagraph_guard.isolation import preloads, protocol
         (protocol.ready_line(11), protocol.Reply("ready", pid=11)),
         (protocol.started_line(12), protocol.Reply("started", pid=12)),
         (protocol.exited_line(13, 256), protocol.Reply("exited", pid=13, status=256)),
+        (protocol.done_line(14, 0), protocol.Reply("done", pid=14, status=0)),
+        (
+            protocol.notice_line("could not\npreload  x"),
+            protocol.Reply("notice", reason="could not preload x"),
+        ),
         (
             protocol.nofork_line("the zygote has 2 OS threads"),
             protocol.Reply("nofork", reason="the zygote has 2 OS threads"),
@@ -48,6 +53,9 @@ def test_a_test_process_path_adds_the_markers_pythonpath_after_the_first_entry()
         "session_modules": preloads.no_modules(),
         "results": None,
         "basetemp": "/tmp",
+        "cuda_ahead": True,
+        "spares": None,
+        "init_cuda": False,
     }
     assert protocol.child_sys_path(request) == ["", "/extra", "/lib"]
 

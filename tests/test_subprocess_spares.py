@@ -31,6 +31,12 @@ def set_up():
     lines = open(os.environ["SET_UP"]).read().splitlines()
     return {int(pid): (demo, trees) for pid, demo, trees in map(str.split, lines)}
 
+def dead_or_zombie(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
 def set_up_ahead():  # the process set up while this test runs, noted in the file "ahead"
     known = {next(iter(set_up())), os.getpid()}
     deadline = time.monotonic() + 60
@@ -139,7 +145,10 @@ def test_a_process_that_dies_before_its_test_leaves_the_test_a_fresh_one(
         """
 @pytest.mark.cudagraph_subprocess
 def test_1():
-    os.kill(set_up_ahead(), signal.SIGKILL)
+    ahead = set_up_ahead()
+    os.kill(ahead, signal.SIGKILL)
+    while dead_or_zombie(ahead) is False:  # died before its test, not at the moment it gets it
+        time.sleep(0.01)
 
 @pytest.mark.cudagraph_subprocess
 def test_2():

@@ -32,6 +32,7 @@ class SuiteOptions:
     timeout: float | None = None  # the markers' default timeout where they give none
     fail_on: frozenset[str] = frozenset()
     cuda_ahead: bool = True
+    spares: int | None = None  # processes set up ahead per zygote; None: automatic
 
     @property
     def applies_markers(self) -> bool:
@@ -110,6 +111,15 @@ def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
         ),
         default=True,
     )
+    parser.addini(
+        "cudagraph_spares",
+        help=(
+            "how many test processes cudagraph_subprocess sets up ahead: a whole number, or auto "
+            "(the default: one, and once the session's tests use CUDA as many as the cores and "
+            "the GPU's free memory allow, at most 8)"
+        ),
+        default="auto",
+    )
 
 
 def read_options(config: pytest.Config) -> SuiteOptions:
@@ -120,6 +130,7 @@ def read_options(config: pytest.Config) -> SuiteOptions:
         timeout=_timeout(_value(config, "cudagraph_timeout")),
         fail_on=_kinds(_value(config, "cudagraph_fail_on")),
         cuda_ahead=bool(config.getini("cudagraph_cuda_ahead")),
+        spares=_spares(_Named(config.getini("cudagraph_spares"), "ini option cudagraph_spares")),
     )
 
 
@@ -156,6 +167,15 @@ def _threads(named: _Named) -> int:
     text = str(named.value).strip()
     if not text.isdigit():
         raise named.error("a whole number of threads (0: off)")
+    return int(text)
+
+
+def _spares(named: _Named) -> int | None:
+    text = str(named.value).strip()
+    if text == "auto":
+        return None
+    if not text.isdigit():
+        raise named.error("auto or a whole number of processes (0: none)")
     return int(text)
 
 

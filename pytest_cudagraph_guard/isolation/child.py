@@ -20,6 +20,7 @@ import pytest
 
 from .. import _torch
 from ..core import plugin_names
+from .cuda import cuda_use, initialise_cuda
 from .plugin import child_key
 from .preloads import installed_plugin_modules, note_needed_modules
 from .protocol import CHILD_CRASH_EXIT, ChildRequest, child_sys_path, load_request
@@ -47,18 +48,19 @@ NEUTRAL_OPTIONS: dict[str, Any] = {
 }
 
 
-def run_child(request_path: str) -> NoReturn:
-    """Runs the request's test and exits the process without running interpreter finalizers."""
-    _run(lambda: SubprocessChild(load_request(request_path), Path(request_path)))
+def run_child(request_path: str, done: int | None = None) -> NoReturn:
+    """Runs the request's test and exits the process without running interpreter finalizers;
+    says its exit code on the pipe ``done`` (of a zygote) once its last result is written."""
+    _run(lambda: SubprocessChild(load_request(request_path), Path(request_path)), done)
 
 
-def run_spare(request: ChildRequest, assignments: int) -> NoReturn:
+def run_spare(request: ChildRequest, assignments: int, done: int) -> NoReturn:
     """Sets up a session as ``request``'s, then runs the test whose request path comes through
     the pipe ``assignments``; exits at the end of that pipe."""
-    _run(lambda: SubprocessChild(request, assignments=assignments))
+    _run(lambda: SubprocessChild(request, assignments=assignments), done)
 
 
-def _run(make_child: Callable[[], SubprocessChild]) -> NoReturn:
+def _run(make_child: Callable[[], SubprocessChild], done: int | None) -> NoReturn:
     code = CHILD_CRASH_EXIT
     present = frozenset(sys.modules)
     try:
@@ -66,13 +68,17 @@ def _run(make_child: Callable[[], SubprocessChild]) -> NoReturn:
         _enter(child.request)
         code = _run_session(child)
         if child.request_path is not None:
-            note_needed_modules(child.request_path.parent, present, child.plugin_modules)
+            folder = child.request_path.parent
+            note_needed_modules(folder, present, child.plugin_modules, cuda_use())
     except BaseException:
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # a closed stream must not hide the exit code
                 stream.flush()
+        if done is not None:
+            with contextlib.suppress(OSError):
+                os.write(done, f"{code}\n".encode())
         os._exit(code)
 
 
@@ -150,6 +156,8 @@ class SubprocessChild:
 
     def _wait_for_test(self) -> None:
         assert self.assignments is not None
+        if self.request["init_cuda"]:
+            initialise_cuda()  # with the test's environment and the session's conftests in effect
         with os.fdopen(self.assignments, encoding="utf-8") as assignments:
             line = assignments.readline().strip()
         if not line:

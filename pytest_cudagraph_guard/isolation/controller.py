@@ -14,21 +14,22 @@ from typing import Any, Final
 
 import pytest
 
-from ..core.diagnosis import PROCESS_CRASH, TIMEOUT
 from ..core.facts import applied_by_key
 from ..core.markers import SubprocessOptions
+from ..core.options import suite_options
 from ..core.records import (
     USER_PROPERTY,
     ErrorEntry,
     SettingEntry,
     TestRecord,
-    error_entry,
     new_test_record,
     no_activity,
 )
 from ..core.settings import cudagraph_switches, torch_env
 from ..core.warnings import CudagraphGuardWarning
-from .pool import ChildExit, SubprocessRunner, last_lines, signal_name
+from .deaths import death_error, death_summary, death_text
+from .expected import expected_death
+from .pool import ChildExit, SubprocessRunner
 from .preloads import installed_plugin_modules, modules_for_a_zygote
 from .protocol import RESULTS_NAME, STDERR_NAME, STDOUT_NAME, ChildRequest
 
@@ -64,51 +65,6 @@ def read_messages(outcome: ChildExit) -> ChildMessages:
     return messages
 
 
-def death_summary(outcome: ChildExit, timeout: float, nodeid: str, ran: bool) -> str:
-    """One line: how the test process ended without a result."""
-    if not ran and outcome.status is not None and not outcome.timed_out:
-        code = os.waitstatus_to_exitcode(outcome.status)
-        if code >= 0:
-            return f"test process ran no test {nodeid!r} (exit code {code})"
-    return outcome.death(timeout)
-
-
-def death_message(outcome: ChildExit, messages: ChildMessages, summary: str, ran: bool) -> str:
-    parts = [f"cudagraph_subprocess: {summary}"]
-    if messages.collect_errors:
-        parts.append("its collection failed:\n" + "\n".join(messages.collect_errors))
-    if outcome.timed_out:
-        stacks = outcome.stacks.strip() or "(none: it did not answer the request for its stacks)"
-        parts.append(f"its Python stacks when it was stopped:\n{stacks}")
-    stderr = last_lines(outcome.stream(STDERR_NAME).removesuffix(outcome.stacks))
-    parts.append(f"last lines of its stderr:\n{stderr or '(empty)'}")
-    if not ran:
-        stdout = last_lines(outcome.stream(STDOUT_NAME))
-        parts.append(f"last lines of its stdout:\n{stdout or '(empty)'}")
-    return "\n\n".join(parts)
-
-
-def death_error(outcome: ChildExit, summary: str) -> ErrorEntry:
-    """The report's error entry for a test process that ended without a result."""
-    if outcome.timed_out:
-        kind, kind_type = TIMEOUT, "Timeout"
-        hint = (
-            "the test process was still running at the marker's timeout: its stacks are in the "
-            "failure; raise timeout= if it was only slow"
-        )
-    else:
-        kind, kind_type = PROCESS_CRASH, "ProcessDied"
-        if outcome.status is not None and os.WIFSIGNALED(outcome.status):
-            kind_type = signal_name(os.WTERMSIG(outcome.status))
-        hint = (
-            "the test's own process ended without a result (a crash in native code, an abort "
-            "or os._exit); the session went on, and the failure shows the end of its stderr"
-        )
-    traceback = last_lines(outcome.stream(STDERR_NAME))
-    thread = f"subprocess {outcome.pid}"
-    return error_entry(thread, kind_type, summary, kind=kind, hint=hint, traceback=traceback)
-
-
 def emit_warnings(config: pytest.Config, nodeid: str, found: list[dict[str, Any]]) -> None:
     for data in found:
         category = _warning_category(data["category"])
@@ -123,6 +79,17 @@ def _record_warning(
     message = warnings.WarningMessage(warning, type(warning), filename, lineno)
     recorded = {"warning_message": message, "when": "runtest", "nodeid": nodeid}
     config.hook.pytest_warning_recorded.call_historic(kwargs={**recorded, "location": None})
+
+
+_said = pytest.StashKey[set[str]]()
+
+
+def say_once(item: pytest.Item, notice: str) -> None:
+    """``notice`` as a CudagraphGuardWarning of ``item``, the first time in the session."""
+    said = item.config.stash.setdefault(_said, set())
+    if notice not in said:
+        said.add(notice)
+        _record_warning(item.config, item.nodeid, CudagraphGuardWarning(notice))
 
 
 def _warning_category(name: str) -> type[Warning]:
@@ -156,7 +123,7 @@ def run_protocol(
         messages = read_messages(outcome)
         emit_warnings(item.config, item.nodeid, messages.warnings)
         for notice in runner.take_notices():
-            _record_warning(item.config, item.nodeid, CudagraphGuardWarning(notice))
+            say_once(item, notice)
         logged = _log_child_reports(item, messages)
         if "teardown" not in logged:
             _log_death(item, outcome, messages, options, logged=logged, reporting=reporting)
@@ -185,6 +152,9 @@ def child_request(
         ),
         "results": str(folder / RESULTS_NAME),
         "basetemp": str(folder / "tmp"),
+        "cuda_ahead": suite_options(item.config).cuda_ahead,
+        "spares": suite_options(item.config).spares,
+        "init_cuda": False,
     }
 
 
@@ -235,19 +205,36 @@ def _log_death(
     reporting: bool,
 ) -> None:
     summary = death_summary(outcome, options.timeout, item.nodeid, ran=bool(logged))
-    message = death_message(outcome, messages, summary, ran=bool(logged))
+    full_trace = bool(getattr(item.config.option, "fulltrace", False))
+    text = death_text(
+        outcome, messages.collect_errors, summary, ran=bool(logged), full_trace=full_trace
+    )
     phase = next(p for p in PHASES if p not in logged)
+    streams = {STDOUT_NAME: outcome.stream(STDOUT_NAME), STDERR_NAME: text.stderr}
     sections = [
-        (f"Captured {name} (test process {outcome.pid})", text)
-        for name in (STDOUT_NAME, STDERR_NAME)
-        if (text := outcome.stream(name))
+        (f"Captured {name} (test process {outcome.pid})", captured)
+        for name, captured in streams.items()
+        if captured
     ]
-    failed = _report(item, phase, "failed", message, sections=sections, duration=outcome.duration)
-    reports = [failed]
+    reason, notice = expected_death(item)
+    if notice is not None:
+        say_once(item, notice)
+    died = _report(
+        item,
+        phase,
+        "failed" if reason is None else "skipped",
+        text.message,
+        sections=sections,
+        duration=outcome.duration,
+    )
+    if reason is not None:
+        died.wasxfail = f"{reason}; {summary}" if reason else summary
+    reports = [died]
     if phase != "teardown":
         reports.append(_report(item, "teardown", "passed"))
     if reporting:
-        record = _death_record(item, outcome, summary, options)
+        verdict = "failed" if reason is None else "xfailed"
+        record = _death_record(item, outcome, death_error(outcome, summary, text), options, verdict)
         reports[-1].user_properties.append((USER_PROPERTY, record))
     for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
@@ -279,7 +266,11 @@ def _report(
 
 
 def _death_record(
-    item: pytest.Item, outcome: ChildExit, summary: str, options: SubprocessOptions
+    item: pytest.Item,
+    outcome: ChildExit,
+    error: ErrorEntry,
+    options: SubprocessOptions,
+    verdict: str,
 ) -> TestRecord:
     """The record of a test whose process died: what the parent knows of it."""
     settings: dict[str, SettingEntry] = {
@@ -288,12 +279,12 @@ def _death_record(
     }
     record = new_test_record(
         item.nodeid,
-        outcome="failed",
+        outcome=verdict,
         where=f"subprocess {outcome.pid}",
         settings=settings,
         env=torch_env({**os.environ, **dict(options.env)}),
         activity=no_activity(),
-        errors=[death_error(outcome, summary)],
+        errors=[error],
         applied_by=item.stash.get(applied_by_key, None),
     )
     item.config.hook.pytest_cudagraph_record(item=item, record=record)
@@ -305,7 +296,14 @@ def _tear_down_shared_fixtures(item: pytest.Item, nextitem: pytest.Item | None) 
     needs, as pytest's protocol does after each test (only they ran here)."""
     setup_state = getattr(item.session, "_setupstate", None)
     teardown_exact = getattr(setup_state, "teardown_exact", None)
-    if teardown_exact is None:
+    if not callable(teardown_exact):
+        say_once(
+            item,
+            f"cudagraph_subprocess: pytest {pytest.__version__} has no "
+            "Session._setupstate.teardown_exact: after a marked test, the parent's module, class "
+            "and session fixtures that the next test no longer needs are not finished then "
+            "(pytest finishes them at the session's end)",
+        )
         return
     call = pytest.CallInfo.from_call(lambda: teardown_exact(nextitem), when="teardown")
     if call.excinfo is not None:

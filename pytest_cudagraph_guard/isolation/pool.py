@@ -27,6 +27,7 @@ from .protocol import (
     STDOUT_NAME,
     ChildRequest,
     LineReader,
+    Reply,
     parse_reply,
     run_line,
 )
@@ -99,13 +100,13 @@ class Zygote:
         )
         self.log_path = log
         self.ready: bool | None = None
+        self.notices: list[str] = []  # for the user, once each
         assert self.process.stdout is not None
         self._replies = LineReader(self.process.stdout.fileno())
 
     def wait_ready(self) -> bool:
         if self.ready is None:
-            line = self._replies.next(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
-            reply = None if line is None else parse_reply(line)
+            reply, _ = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
             self.ready = reply is not None and reply.kind == "ready"
         return self.ready
 
@@ -116,22 +117,36 @@ class Zygote:
         if not self.wait_ready():
             return f"the zygote did not start ({self.why_not_ready()})"
         # Before it forks, a zygote may still be loading what test processes need.
-        line = self._replies.next(time.monotonic() + ZYGOTE_START_TIMEOUT_S) if sent else None
+        if not sent:
+            return "the zygote is gone"
+        reply, line = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
         if line is None:
             return "the zygote is gone"
-        reply = parse_reply(line)
         if reply is not None and reply.kind == "started":
             return reply.pid
         reason = reply.reason if reply is not None and reply.reason else line
         return f"the zygote would not fork: {reason}"
 
-    def wait_exit(self, deadline: float) -> tuple[bool, int | None]:
-        """(finished, wait status); (True, None) when the zygote died first."""
-        line = self._replies.next(deadline)
-        reply = None if line is None else parse_reply(line)
-        if reply is None or reply.kind != "exited":
-            return (self.process.poll() is not None, None)
-        return True, reply.status
+    def wait_exit(self, pid: int, deadline: float) -> tuple[bool, int | None]:
+        """(finished, wait status) of test process ``pid``: finished once it has written its
+        last result, though it may still be exiting; (True, None) when the zygote died first."""
+        while True:
+            reply, _ = self._reply(deadline)
+            if reply is None or reply.kind not in ("exited", "done"):
+                return (self.process.poll() is not None, None)
+            if reply.pid == pid:
+                return True, reply.status
+            # The end of an earlier test process that had said it was done.
+
+    def _reply(self, deadline: float) -> tuple[Reply | None, str | None]:
+        """The next reply other than a notice, and its line (None at the end of the pipe or
+        the deadline); the notices on the way are kept."""
+        while (line := self._replies.next(deadline)) is not None:
+            reply = parse_reply(line)
+            if reply is None or reply.kind != "notice":
+                return reply, line
+            self.notices.append(reply.reason)
+        return None, None
 
     def why_not_ready(self) -> str:
         self.process.poll()
@@ -204,8 +219,9 @@ class SubprocessRunner:
         zygote = self._zygotes.get(key)
         if zygote is None:
             if len(self._zygotes) >= MAX_ZYGOTES:
-                oldest = next(iter(self._zygotes))
-                self._zygotes.pop(oldest).close()
+                oldest = self._zygotes.pop(next(iter(self._zygotes)))
+                self._notices.extend(oldest.notices)
+                oldest.close()
             folder = self.folder.path
             log = folder / f"zygote-{len(self._zygotes)}-{time.monotonic_ns()}.log"
             zygote = Zygote(_zygote_env(env), log, folder)
@@ -213,6 +229,10 @@ class SubprocessRunner:
         return zygote
 
     def take_notices(self) -> list[str]:
+        """What the user should be told, once each, since the last call."""
+        for zygote in self._zygotes.values():
+            self._notices.extend(zygote.notices)
+            zygote.notices.clear()
         notices, self._notices = self._notices, []
         return notices
 
@@ -226,6 +246,7 @@ class SubprocessRunner:
 
     def _close_zygotes(self) -> None:
         for zygote in self._zygotes.values():
+            self._notices.extend(zygote.notices)
             zygote.close()
         self._zygotes.clear()
 
@@ -235,14 +256,14 @@ class SubprocessRunner:
         outcome = ChildExit(pid, folder)
         start = time.monotonic()
         try:
-            finished, outcome.status = zygote.wait_exit(start + timeout)
+            finished, outcome.status = zygote.wait_exit(pid, start + timeout)
             if not finished:
                 outcome.timed_out = True
                 outcome.stacks = _stop(pid, folder)
-                finished, outcome.status = zygote.wait_exit(time.monotonic() + REAP_TIMEOUT_S)
+                finished, outcome.status = zygote.wait_exit(pid, time.monotonic() + REAP_TIMEOUT_S)
         except BaseException:
             kill_group(pid)
-            zygote.wait_exit(time.monotonic() + REAP_TIMEOUT_S)
+            zygote.wait_exit(pid, time.monotonic() + REAP_TIMEOUT_S)
             raise
         if outcome.status is None:
             kill_group(pid)

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
+from .cuda import CudaUse
 from .protocol import NEEDED_MODULES_NAME, ModuleLists
 
 PRELOAD_FIRST: Final = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
@@ -22,7 +23,7 @@ PRELOAD_FOR_COMPILING: Final = ("torch._dynamo", "torch._inductor.config")
 # plugin's, which every session starts; less the plugin's that only the parent session runs.
 TRUSTED_PREFIXES: Final = ("_pytest.", "pluggy.", "pytest_cudagraph_guard.")
 PARENT_ONLY: Final = frozenset(
-    f"{__package__}.{name}" for name in ("controller", "pool", "__main__")
+    f"{__package__}.{name}" for name in ("controller", "deaths", "expected", "pool", "__main__")
 )
 
 
@@ -53,26 +54,37 @@ def modules_for_a_zygote(names: Iterable[str], plugins: Iterable[str]) -> Module
     }
 
 
-def note_needed_modules(folder: Path, present: Iterable[str], plugins: Iterable[str]) -> None:
-    """Called by a test process as it ends, with the modules it started with and ``plugins``:
-    what it imported that the next test process will need. Tests that compile need dynamo, so
-    the zygote loads it before the next fork; trivial tests do not, and do not wait for it."""
+def note_needed_modules(
+    folder: Path, present: Iterable[str], plugins: Iterable[str], cuda: CudaUse
+) -> None:
+    """Called by a test process as it ends, with the modules it started with, ``plugins`` and
+    its use of CUDA: what it imported that the next test process will need, and whether spares
+    should set up CUDA. Tests that compile need dynamo, so the zygote loads it before the next
+    fork; trivial tests do not, and do not wait for it."""
     needed = modules_for_a_zygote(set(sys.modules.copy()).difference(present), plugins)
-    (folder / NEEDED_MODULES_NAME).write_text(json.dumps(needed))
+    (folder / NEEDED_MODULES_NAME).write_text(json.dumps({**needed, "cuda": cuda}))
 
 
-def needed_modules(folder: Path) -> ModuleLists:
+def needed_modules(folder: Path) -> tuple[ModuleLists, CudaUse | None]:
     """What the test process of ``folder`` noted; nothing if it noted nothing readable."""
     try:
         needed = json.loads((folder / NEEDED_MODULES_NAME).read_text())
     except (OSError, ValueError):
         needed = None
     if not isinstance(needed, dict):
-        return no_modules()
-    return {
+        return no_modules(), None
+    cuda = needed.get("cuda")
+    modules: ModuleLists = {
         "modules": [str(name) for name in needed.get("modules", [])],
         "plugins": [str(name) for name in needed.get("plugins", [])],
     }
+    if not isinstance(cuda, dict):
+        return modules, None
+    use: CudaUse = {
+        "initialised": bool(cuda.get("initialised")),
+        "free_bytes": int(cuda.get("free_bytes") or 0),
+    }
+    return modules, use
 
 
 def no_modules() -> ModuleLists:

@@ -4,8 +4,10 @@ every side can read it without loading the others.
 
 Parent to zygote, one line per request: ``run REQUEST_PATH``; closing the pipe ends the zygote
 (and kills a test process still running). Zygote to parent: ``ready PID``, then per request
-``started PID`` and ``exited PID STATUS`` (STATUS as ``os.waitpid`` gives it), or
-``nofork REASON`` when forking is no longer safe.
+``started PID``, then ``done PID STATUS`` as soon as the test process has written its last
+result (it may still be exiting) or ``exited PID STATUS`` when it ended before (STATUS as
+``os.waitpid`` gives it), or ``nofork REASON`` when forking is no longer safe; at any time,
+``notice TEXT``: something the parent tells the user once, as a warning.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ NEEDED_MODULES_NAME: Final = "needed-modules"
 CHILD_CRASH_EXIT: Final = 3
 
 RUN: Final = "run"
-ReplyKind = Literal["ready", "started", "exited", "nofork"]
+ReplyKind = Literal["ready", "started", "exited", "done", "nofork", "notice"]
 
 
 class ModuleLists(TypedDict):
@@ -53,6 +55,9 @@ class ChildRequest(TypedDict):
     session_modules: ModuleLists
     results: str | None  # where reports go; None for a spare, until it gets its test
     basetemp: str
+    cuda_ahead: bool  # a spare may initialise CUDA before its test (ini cudagraph_cuda_ahead)
+    spares: int | None  # how many spares the zygote keeps (ini cudagraph_spares); None: auto
+    init_cuda: bool  # set by the zygote in a spare's request: initialise CUDA before the test
 
 
 def load_request(request_path: str | Path) -> ChildRequest:
@@ -89,8 +94,8 @@ class Reply:
 
     kind: ReplyKind
     pid: int = 0
-    status: int = 0  # of ``exited``
-    reason: str = ""  # of ``nofork``
+    status: int = 0  # of ``exited`` and ``done``
+    reason: str = ""  # of ``nofork``; the text of ``notice``
 
 
 def ready_line(pid: int) -> str:
@@ -105,8 +110,16 @@ def exited_line(pid: int, status: int) -> str:
     return f"exited {pid} {status}"
 
 
+def done_line(pid: int, status: int) -> str:
+    return f"done {pid} {status}"
+
+
 def nofork_line(reason: str) -> str:
     return f"nofork {reason}"
+
+
+def notice_line(text: str) -> str:
+    return f"notice {' '.join(text.split())}"
 
 
 def parse_reply(line: str) -> Reply | None:
@@ -117,14 +130,14 @@ def parse_reply(line: str) -> Reply | None:
             return Reply("ready", pid=int(rest))
         if kind == "started":
             return Reply("started", pid=int(rest))
-        if kind == "exited":
+        if kind in ("exited", "done"):
             pid, status = rest.split()
-            return Reply("exited", pid=int(pid), status=int(status))
+            ended: ReplyKind = "exited" if kind == "exited" else "done"
+            return Reply(ended, pid=int(pid), status=int(status))
     except ValueError:
         return None
-    if kind == "nofork":
-        return Reply("nofork", reason=rest)
-    return None
+    texts: dict[str, ReplyKind] = {"nofork": "nofork", "notice": "notice"}
+    return Reply(texts[kind], reason=rest) if kind in texts else None
 
 
 def send_line(fd: int, line: str) -> None:

@@ -3,9 +3,10 @@
 It imports torch, pytest and the plugin once, never touches CUDA or runs a parallel op, and forks
 one never-reused test process per request. While a test process starts, the zygote loads what
 the request says the parent session has loaded; the test process leaves in its folder what else
-the next one will need, which the zygote loads before the next fork. Where the request says the
-next test is marked too, the zygote also forks a spare test process, which sets up its session
-while the test runs and takes the next request if its context matches its own.
+the next one will need (and whether it used CUDA), which the zygote loads before the next fork.
+Where the request says the next test is marked too, the zygote also forks spares
+(:mod:`.spares`), which set up their sessions while the test runs and take the next requests if
+their context matches. A test process that says it is done is reaped while the next test runs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from pathlib import Path
 from typing import NoReturn
 
 from .. import _torch
-from .forking import RunChild, Spares, fork_hazard, fork_test_process, kill_child, wait_child
+from .forking import (
+    Exiting,
+    RunChild,
+    fork_hazard,
+    fork_test_process,
+    kill_child,
+    wait_child,
+)
 from .preloads import PRELOAD_FIRST, PRELOAD_FOR_COMPILING, needed_modules, trusted
 from .protocol import (
     SESSION_FOLDER_PREFIX,
@@ -30,26 +38,60 @@ from .protocol import (
     LineReader,
     ModuleLists,
     child_sys_path,
+    done_line,
     exited_line,
     load_request,
     nofork_line,
+    notice_line,
     parse_run,
     ready_line,
     send_line,
     started_line,
 )
+from .spares import Spares
 
 _PARENT = os.getppid()
 
 
-def preload(name: str) -> None:
+def preload(name: str) -> str | None:
+    """Imports module ``name`` for the test processes to come; what the parent should say if it
+    could not (a missing torch is each test's to report, as a skip)."""
     try:
         importlib.import_module(name)
-    except Exception as exc:  # a missing torch is the child's to report, as a skip
+    except Exception as exc:
         print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
         if name.startswith("pytest"):
             raise
-    gc.freeze()  # children then leave these objects to the collector's permanent generation
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
+            return None
+        return preload_failure(name, repr(exc))
+    finally:
+        gc.freeze()  # children then leave these objects to the collector's permanent generation
+    return None
+
+
+def preload_failure(name: str, error: str) -> str:
+    return (
+        f"cudagraph_subprocess: the zygote could not preload {name} ({error}); each test "
+        "process imports it itself"
+    )
+
+
+class Preloads:
+    """Preloads, each failure told to the parent once and not tried again."""
+
+    def __init__(self, replies: int) -> None:
+        self.replies = replies
+        self.failed: set[str] = set()
+
+    def load(self, name: str) -> None:
+        if name not in self.failed:
+            self.fail(name, preload(name))
+
+    def fail(self, name: str, notice: str | None) -> None:
+        if notice is not None and name not in self.failed:
+            self.failed.add(name)
+            send_line(self.replies, notice_line(notice))
 
 
 def serve() -> NoReturn:
@@ -59,23 +101,24 @@ def serve() -> NoReturn:
     # Collections while importing free next to nothing and take a quarter of the imports' time
     # (torch, dynamo); each preload ends with gc.freeze(), and test processes collect again.
     gc.disable()
+    preloads = Preloads(replies)
     for name in PRELOAD_FIRST:
-        preload(name)
+        preloads.load(name)
     from .child import run_child, run_spare  # after pytest, with the collector off
 
     send_line(replies, ready_line(os.getpid()))
     requests = LineReader(0)
     if not _torch.settings_can_wait_for_import():
         for name in PRELOAD_FOR_COMPILING:
-            preload(name)
+            preloads.load(name)
     pipes = _Pipes(requests, replies)
-    spares = Spares(replies, run_spare)
-    learner = Learner()
+    children = _Children(Spares(replies, run_spare), Exiting())
+    learner = Learner(preloads)
     while (line := requests.next()) is not None:
         request_path = parse_run(line)
         if request_path is not None:
-            _serve_one(request_path, pipes, learner, spares, run_child)
-    _exit(spares)
+            _serve_one(request_path, pipes, learner, children, run_child)
+    _exit(children)
 
 
 @dataclass
@@ -85,36 +128,51 @@ class _Pipes:
 
 
 def _serve_one(
-    request_path: str, pipes: _Pipes, learner: Learner, spares: Spares, run_child: RunChild
+    request_path: str, pipes: _Pipes, learner: Learner, children: _Children, run_child: RunChild
 ) -> None:
-    """Starts the test's process and waits for it. Meanwhile it loads what the parent session has
-    loaded and forks a spare for the next test; after it, it loads what the test process had to
-    import: so the next one finds all that loaded."""
+    """Starts the test's process and waits until it is done. Meanwhile it loads what the parent
+    session has loaded and forks spares for the next tests; after it, it loads what the test
+    process had to import: so the next one finds all that loaded. A test process that is done
+    ends (and is reaped) while the next test runs."""
+    spares = children.spares
+    children.exiting.reap()
     request = _request(request_path)
-    pid = spares.assign(request, request_path)
-    if pid is None:
+    process = spares.assign(request, request_path)
+    if process is None:
         hazard = fork_hazard()
         if hazard is not None:
             send_line(pipes.replies, nofork_line(hazard))
             return
-        pid = fork_test_process(pipes.replies, request_path, run_child)
+        process = fork_test_process(pipes.replies, request_path, run_child)
+    pid = process.pid
     send_line(pipes.replies, started_line(pid))
     if request is not None:
         sys.path[:] = child_sys_path(request)  # to import what its test processes would
         learner.load(request["session_modules"])  # while the test process starts
         spares.fork(request)
-    status = wait_child(pid, pipes.requests.fd)
-    if status is None:  # the parent is gone: so is the test
+    ended = wait_child(process, pipes.requests.fd)
+    if ended is None:  # the parent is gone: so is the test
         kill_child(pid)
         os.waitpid(pid, 0)
-        _exit(spares)
+        _exit(children)
+    exiting, status = ended
+    if exiting:
+        children.exiting.pids.add(pid)
     spares.finished(pid)
-    needed = needed_modules(Path(request_path).parent)  # before the parent removes the folder
-    send_line(pipes.replies, exited_line(pid, status))
+    # Before the parent removes the folder.
+    needed, cuda = needed_modules(Path(request_path).parent)
+    send_line(pipes.replies, (done_line if exiting else exited_line)(pid, status))
+    spares.noted(cuda)
     compiling = _compiling_modules_loaded()
     learner.load(needed)
     if _compiling_modules_loaded() != compiling:
-        spares.discard()  # forked before the zygote had them, it would import them again
+        spares.discard()  # forked before the zygote had them, they would import them again
+
+
+@dataclass
+class _Children:
+    spares: Spares
+    exiting: Exiting
 
 
 def _request(request_path: str) -> ChildRequest | None:
@@ -126,8 +184,9 @@ def _request(request_path: str) -> ChildRequest | None:
     return request if isinstance(request, dict) else None
 
 
-def _exit(spares: Spares) -> NoReturn:
-    spares.discard()
+def _exit(children: _Children) -> NoReturn:
+    children.spares.discard()
+    children.exiting.reap(wait=True)
     _leave_no_files()
     os._exit(0)
 
@@ -140,38 +199,58 @@ class Learner:
     """Loads what test processes needed, so that the next ones find it loaded: trusted modules
     at once, plugins only where a trial fork shows that importing them keeps forks sound."""
 
-    def __init__(self) -> None:
+    def __init__(self, preloads: Preloads) -> None:
+        self.preloads = preloads
         self.tried: set[str] = set()
 
     def load(self, needed: ModuleLists) -> None:
         for name in needed["modules"]:
             if trusted(name) and name not in sys.modules:
-                preload(name)
+                self.preloads.load(name)
         plugins = [
             name for name in needed["plugins"] if name not in sys.modules and name not in self.tried
         ]
         self.tried.update(plugins)
-        if plugins and not _fork_stays_sound_after_importing(plugins):
+        if plugins and not self._fork_stays_sound_after_importing(plugins):
             plugins = [
                 name
                 for name in plugins
-                if len(plugins) > 1 and _fork_stays_sound_after_importing([name])
+                if len(plugins) > 1 and self._fork_stays_sound_after_importing([name])
             ]
         for name in plugins:
-            preload(name)
+            self.preloads.load(name)
+
+    def _fork_stays_sound_after_importing(self, names: list[str]) -> bool:
+        """Whether importing ``names`` in a trial fork works and leaves a fork sound; an import
+        that fails there is a preload failure."""
+        failures, written = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(failures)
+                for name in names:
+                    _import_or_tell(name, written)
+                os._exit(0 if fork_hazard() is None else 1)
+            finally:
+                os._exit(1)
+        os.close(written)
+        with os.fdopen(failures, encoding="utf-8") as told:
+            failed = told.read().splitlines()
+        _, status = os.waitpid(pid, 0)
+        for line in failed:
+            name, _, error = line.partition(" ")
+            self.preloads.fail(name, preload_failure(name, error))
+        return not failed and os.waitstatus_to_exitcode(status) == 0
 
 
-def _fork_stays_sound_after_importing(names: list[str]) -> bool:
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for name in names:
-                importlib.import_module(name)
-            os._exit(0 if fork_hazard() is None else 1)
-        finally:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+def _import_or_tell(name: str, failures: int) -> None:
+    """In a trial fork: imports ``name``, or writes why not to ``failures`` and exits."""
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        error = repr(exc).replace("\n", " ")
+        os.write(failures, f"{name} {error}\n".encode())
+        os._exit(1)
 
 
 def _leave_no_files() -> None:

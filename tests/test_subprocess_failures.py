@@ -1,0 +1,281 @@
+"""What a user reads when a ``cudagraph_subprocess`` test's process crashes or hangs (one screen,
+each stack once, the user's frames only), xfail across the process boundary, and what the
+zygote and the parent say once where they cannot do part of their work. Real sessions."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+SCREEN = 25
+PLUGIN_FRAMES = ("pluggy", "_pytest", "zygote.py", "forking.py", "child.py", "runpy")
+
+
+def plugin_frames(failure: list[str]) -> list[str]:
+    frames = [line for line in failure if line.lstrip().startswith('File "')]
+    return [frame for frame in frames if any(name in frame for name in PLUGIN_FRAMES)]
+
+
+def failure_of(output: str, test: str) -> list[str]:
+    """The lines of ``test``'s failure section in a terminal ``output``, its title included."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"^_+ {test} _+$", line))
+    end = next(
+        i
+        for i in range(start + 1, len(lines))
+        if re.match(r"^_+ \w+ _+$", lines[i]) or lines[i].startswith("=")
+    )
+    return lines[start:end]
+
+
+CRASHES = """
+import ctypes
+import os
+import time
+import pytest
+
+pytestmark = pytest.mark.cudagraph_subprocess(timeout=3)
+
+def test_aborts():
+    os.abort()
+
+def test_segfaults():
+    ctypes.string_at(0)
+
+def test_hangs():
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def crashes(ourtester: pytest.Pytester) -> pytest.Pytester:
+    ourtester.makepyfile(CRASHES)
+    return ourtester
+
+
+@pytest.mark.parametrize(
+    ("test", "fatal", "line"),
+    [
+        ("test_aborts", "Fatal Python error: Aborted", 9),
+        ("test_segfaults", "Fatal Python error: Segmentation fault", 12),
+    ],
+)
+def test_a_crash_reads_in_one_screen_with_its_stack_once(
+    crashes: pytest.Pytester, test: str, fatal: str, line: int
+) -> None:
+    result = crashes.runpytest("-k", test)
+    result.assert_outcomes(failed=1)
+    output = result.stdout.str()
+    failure = failure_of(output, test)
+    text = "\n".join(failure)
+    assert len(failure) <= SCREEN, text
+    assert "cudagraph_subprocess: test process died with SIG" in text
+    assert text.count(fatal) == 1
+    assert text.count(f"line {line} in {test}") == 1
+    assert "frames of pytest, pluggy and this plugin: hidden, --full-trace shows them" in text
+    assert not plugin_frames(failure), text
+    assert "last lines of its stderr" not in text
+    assert "Extension modules" not in text
+
+
+def test_a_timeout_reads_in_one_screen_with_the_stacks_still_running(
+    crashes: pytest.Pytester,
+) -> None:
+    result = crashes.runpytest("-k", "test_hangs")
+    result.assert_outcomes(failed=1)
+    failure = failure_of(result.stdout.str(), "test_hangs")
+    text = "\n".join(failure)
+    assert len(failure) <= SCREEN, text
+    assert "test process timed out after 3 s" in text
+    assert "its Python stacks when it was stopped:" in text
+    assert text.count("line 15 in test_hangs") == 1
+    assert not plugin_frames(failure), text
+    assert "last lines of its stderr" not in text
+    assert "(empty)" not in text
+
+
+def test_full_trace_shows_every_frame(crashes: pytest.Pytester) -> None:
+    result = crashes.runpytest("-k", "test_aborts", "--full-trace")
+    result.assert_outcomes(failed=1)
+    text = "\n".join(failure_of(result.stdout.str(), "test_aborts"))
+    assert "pluggy" in text
+    assert text.count("line 9 in test_aborts") == 1
+    assert "hidden" not in text
+
+
+def test_what_else_the_process_wrote_stays_in_its_captured_stderr(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makeconftest(
+        """
+        import sys
+
+        def pytest_configure(config):
+            print("set-up-words", file=sys.stderr)
+        """
+    )
+    ourtester.makepyfile(
+        """
+        import os
+        import pytest
+
+        @pytest.mark.cudagraph_subprocess
+        def test_aborts():
+            os.abort()
+        """
+    )
+    result = ourtester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["Fatal Python error: Aborted", "*Captured stderr (test process *)*", "set-up-words"]
+    )
+
+
+XFAILS = """
+import os
+import time
+import pytest
+
+pytestmark = pytest.mark.cudagraph_subprocess(timeout=2)
+
+@pytest.mark.xfail(reason="it crashes")
+def test_crash_expected():
+    os.abort()
+
+@pytest.mark.xfail(reason="it hangs")
+def test_hang_expected():
+    time.sleep(120)
+
+@pytest.mark.xfail(raises=ValueError)
+def test_crash_is_no_value_error():
+    os.abort()
+
+@pytest.mark.xfail(False, reason="not here")
+def test_crash_not_expected_here():
+    os.abort()
+
+@pytest.mark.xfail(strict=True)
+def test_xpass_strict():
+    pass
+"""
+
+
+def test_a_crash_or_timeout_of_an_xfail_test_is_xfailed_as_under_pytest_forked(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makepyfile(XFAILS)
+    result = ourtester.runpytest("-rfxX", "--cudagraph-report=json:report.json")
+    result.assert_outcomes(xfailed=2, failed=3)
+    result.stdout.fnmatch_lines_random(
+        [
+            "XFAIL *::test_crash_expected - it crashes; test process died with SIGABRT*",
+            "XFAIL *::test_hang_expected - it hangs; test process timed out after 2 s*",
+            "FAILED *::test_crash_is_no_value_error*",
+            "FAILED *::test_crash_not_expected_here*",
+            "FAILED *::test_xpass_strict*",
+        ]
+    )
+    tests = json.loads((ourtester.path / "report.json").read_text())["tests"]
+    outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in tests}
+    assert outcomes["test_crash_expected"] == "xfailed"
+    assert outcomes["test_hang_expected"] == "xfailed"
+    assert outcomes["test_crash_is_no_value_error"] == "failed"
+
+
+def test_runxfail_makes_a_crash_a_failure(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(XFAILS)
+    result = ourtester.runpytest("--runxfail", "-k", "test_crash_expected")
+    result.assert_outcomes(failed=1)
+
+
+def test_pytests_setup_state_gone_is_said_once(ourtester: pytest.Pytester) -> None:
+    ourtester.makeconftest(
+        """
+        import sys
+        import pytest
+
+        def in_test_process():
+            return "pytest_cudagraph_guard.isolation.child" in sys.modules
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_sessionstart(session):
+            if not in_test_process():
+                session.kept_setupstate, session._setupstate = session._setupstate, None
+
+        @pytest.hookimpl(wrapper=True, tryfirst=True)
+        def pytest_sessionfinish(session):
+            if not in_test_process():
+                session._setupstate = session.kept_setupstate
+            return (yield)
+        """
+    )
+    ourtester.makepyfile(
+        """
+        import pytest
+
+        pytestmark = pytest.mark.cudagraph_subprocess
+
+        def test_1():
+            pass
+
+        def test_2():
+            pass
+        """
+    )
+    result = ourtester.runpytest()
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(["*CudagraphGuardWarning: *has no Session._setupstate*"])
+
+
+def _plugin_the_zygote_cannot_import(ourtester: pytest.Pytester) -> Path:
+    """An installed pytest plugin that imports in a test's folder but not in the folder of the
+    zygote (the session folder)."""
+    site = ourtester.mkdir("site")
+    (site / "picky_plugin.py").write_text(
+        "import os\n"
+        "if os.path.basename(os.getcwd()).startswith('pytest-cudagraph-subprocess-'):\n"
+        "    raise ImportError('not in this folder')\n"
+    )
+    info = site / "cgg_picky-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cgg-picky\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\npicky = picky_plugin\n")
+    return site
+
+
+def test_a_preload_failure_is_said_once_and_the_tests_run(ourtester: pytest.Pytester) -> None:
+    site = _plugin_the_zygote_cannot_import(ourtester)
+    ourtester.makeconftest(
+        """
+        import sys
+        import types
+
+        # A module of pytest's own that only this session has: the zygote cannot load it.
+        sys.modules["_pytest.cgg_only_here"] = types.ModuleType("_pytest.cgg_only_here")
+        """
+    )
+    ourtester.makepyfile(
+        f"""
+        import sys
+        import pytest
+
+        pytestmark = pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_runs(n):
+            assert "picky_plugin" in sys.modules
+        """
+    )
+    result = ourtester.runpytest()
+    result.assert_outcomes(passed=4, warnings=2)
+    output = result.stdout.str()
+    for module, error in (
+        ("_pytest.cgg_only_here", "ModuleNotFoundError"),
+        ("picky_plugin", "ImportError('not in this folder')"),
+    ):
+        notice = f"the zygote could not preload {module} ({error}"
+        assert output.count(notice) == 1, output
+    assert "each test process imports it itself" in output
