@@ -3,6 +3,7 @@ that are exceptions, leaks, backends, findings, --cudagraph-fail-on and unwritab
 
 from __future__ import annotations
 
+import _thread
 import json
 import threading
 from pathlib import Path
@@ -332,9 +333,18 @@ def test_a_graph_run_through_another_threads_manager_is_seen(
         other = threading.Thread(target=lambda: manager.run([2], function_id=7), name="drafter-1")
         other.start()
         other.join()
+        done = threading.Event()  # a thread Python did not start, as autograd's engine threads
+
+        def like_autograd() -> None:
+            manager.run([3], function_id=7)
+            done.set()
+
+        _thread.start_new_thread(like_autograd, ())
+        done.wait(10)
     finally:
         observe.stop_observing(observer)  # puts the stand-in's methods back too
-    assert manager.runs == ["MainThread", "drafter-1"]
+    assert manager.runs[:2] == ["MainThread", "drafter-1"]
+    assert manager.runs[2].startswith("Dummy-")
     assert [(e, d) for e, d in events if e == "cross-thread"] == [
         (
             "cross-thread",

@@ -210,6 +210,8 @@ def _observed_manager_run(run: Any) -> Any:
     loss = PATCHES["observe.manager_run"].loss
 
     def observe(manager: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if _started_outside_python(threading.current_thread()):
+            return  # autograd's engine threads get the caller's trees from torch, on purpose
         creator = creators.get(manager)
         if creator is not None and creator[0] != threading.get_ident():
             function_id = kwargs.get("function_id", args[1] if len(args) > 1 else None)
@@ -222,6 +224,13 @@ def _observed_manager_run(run: Any) -> Any:
         return run(self, *args, **kwargs)
 
     return run_observed
+
+
+def _started_outside_python(thread: threading.Thread) -> bool:
+    """A thread that Python's ``threading`` did not start (a C++ thread, such as autograd's
+    engine threads, which run a compiled function's backward)."""
+    dummy: Any = getattr(threading, "_DummyThread", ())
+    return isinstance(thread, dummy)
 
 
 def function_name(manager: Any, function_id: Any) -> str:
