@@ -247,14 +247,8 @@ class Patches:
         """Replaces ``owner``'s ``row.attribute`` with ``wrap(original)``; whether it did."""
         name = row.attribute
         original = _attribute(owner, name)
-        if original is None or not callable(original):
-            problem = "is missing" if original is None else "is not callable"
-            note_missing(row.loss, f"{owner_path(owner)}.{name}", problem)
-            return False
-        try:
-            replacement = wrap(original)
-        except Exception as error:
-            note_internal_error(row.loss, error)
+        replacement = _replacement(row, owner, original, wrap)
+        if replacement is None:
             return False
         try:
             setattr(owner, name, replacement)
@@ -272,6 +266,22 @@ class Patches:
                 setattr(owner, name, original)
 
 
+def _replacement(
+    row: PatchRow, owner: object, original: Any, wrap: Callable[[Any], Any]
+) -> Any | None:
+    """``wrap(original)``; None, with the problem noted, where there is nothing to wrap or our
+    wrapping fails."""
+    if original is None or not callable(original):
+        problem = "is missing" if original is None else "is not callable"
+        note_missing(row.loss, f"{owner_path(owner)}.{row.attribute}", problem)
+        return None
+    try:
+        return wrap(original)
+    except Exception as error:
+        note_internal_error(row.loss, error)
+        return None
+
+
 def owner_class(module: object, name: str, *rows: PatchRow) -> type | None:
     """``module``'s class ``name``, or None with each row's loss noted."""
     found = getattr(module, name, None)
@@ -285,14 +295,8 @@ def owner_class(module: object, name: str, *rows: PatchRow) -> type | None:
 def replace_for_good(row: PatchRow, module: object, wrap: Callable[[Any], Any]) -> bool:
     """Replaces a module's ``row.attribute`` with ``wrap(original)`` for the process; whether it
     did (a missing attribute is noted)."""
-    original = getattr(module, row.attribute, None)
-    if original is None or not callable(original):
-        note_missing(row.loss, f"{owner_path(module)}.{row.attribute}")
-        return False
-    try:
-        replacement = wrap(original)
-    except Exception as error:
-        note_internal_error(row.loss, error)
+    replacement = _replacement(row, module, getattr(module, row.attribute, None), wrap)
+    if replacement is None:
         return False
     module.__dict__[row.attribute] = replacement
     _APPLIED.note(row, module)
