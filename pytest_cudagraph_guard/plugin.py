@@ -104,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", doc)
     options = suite_options(config)
     register = config.pluginmanager.register
-    if options.applies_markers:
+    if options.applies_markers:  # registered first: its trylast marking runs before the features'
         register(SuitePlugin(options), plugin_names.SUITE)
     mode = _guard_mode(config)
     if mode != "off":

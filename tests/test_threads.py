@@ -602,3 +602,23 @@ def test_threads_failing_alike_through_code_generated_for_each_are_one_failure(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*[[]3 of 3 threads: cudagraph-thread-0, *2] raised this"])
     result.stdout.no_fnmatch_line("*differently*")
+
+
+def test_a_session_without_marked_tests_registers_no_per_test_hooks(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makeconftest(
+        """
+        def pytest_sessionfinish(session):
+            manager = session.config.pluginmanager
+            print("REGISTERED", [name for name in ("cudagraph_guard.threads.calls",
+                                                    "cudagraph_guard.isolation.runs")
+                                 if manager.get_plugin(name) is not None])
+        """
+    )
+    ourtester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    ourtester.runpytest("-s").stdout.fnmatch_lines(["REGISTERED []"])
+    ourtester.makepyfile(
+        test_marked="import pytest\n\n@pytest.mark.cudagraph_thread\ndef test_marked():\n    pass\n"
+    )
+    ourtester.runpytest("-s").stdout.fnmatch_lines(["REGISTERED ['cudagraph_guard.threads.calls']"])

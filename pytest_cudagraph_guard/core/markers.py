@@ -177,6 +177,11 @@ def plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | N
     hooks may have added them)."""
     marks = item.stash.get(_marks_key, None)
     if marks is None:
-        marks = (item.get_closest_marker(THREAD_MARKER), item.get_closest_marker(SUBPROCESS_MARKER))
+        closest: dict[str, pytest.Mark] = {}
+        for node in reversed(item.listchain()):  # the item first, as get_closest_marker
+            for mark in node.own_markers:
+                if mark.name in (THREAD_MARKER, SUBPROCESS_MARKER):
+                    closest.setdefault(mark.name, mark)
+        marks = (closest.get(THREAD_MARKER), closest.get(SUBPROCESS_MARKER))
         item.stash[_marks_key] = marks
     return marks

@@ -43,10 +43,17 @@ class IsolationPlugin:
         if isinstance(collector, pytest.Module) and not collector.config.option.collectonly:
             self._prestart(collector)
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(
-        self, item: pytest.Item, nextitem: pytest.Item | None
-    ) -> bool | None:
+    @pytest.hookimpl(trylast=True)  # after the options have marked the suite's tests
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """The protocol hook, registered once a collected test carries the marker: a session
+        without one pays nothing per test."""
+        if any(_marked(item) for item in items):
+            config.pluginmanager.register(_TestsInProcesses(self), f"{plugin_names.ISOLATION}.runs")
+
+    def run_in_process(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        """Runs a marked test in its own process and logs its reports; None for another test."""
         mark = plugin_marks(item)[1]
         if mark is None:
             return None
@@ -80,6 +87,19 @@ class IsolationPlugin:
             self._runner = SubprocessRunner()
             self.config.add_cleanup(self._runner.close)
         return self._runner
+
+
+class _TestsInProcesses:
+    """The protocol hook: a marked test runs in a test process of its own."""
+
+    def __init__(self, isolation: IsolationPlugin) -> None:
+        self.isolation = isolation
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> bool | None:
+        return self.isolation.run_in_process(item, nextitem)
 
 
 def _marked(item: pytest.Item) -> bool:

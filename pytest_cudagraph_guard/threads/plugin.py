@@ -14,6 +14,18 @@ from ..core.options import suite_options
 
 
 class ThreadsPlugin:
+    """Registers the hooks that run tests in threads once collection shows a test that carries
+    the marker: a session without one pays nothing per test."""
+
+    @pytest.hookimpl(trylast=True)  # after the options have marked the suite's tests
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if any(plugin_marks(item)[0] is not None for item in items):
+            config.pluginmanager.register(ThreadedCalls(), f"{plugin_names.THREADS}.calls")
+
+
+class ThreadedCalls:
     """Runs the call phase of each test marked ``cudagraph_thread`` in the marker's threads:
     a test function through ``pytest_pyfunc_call``, a ``unittest.TestCase`` test (whose
     ``setUp`` and ``tearDown`` pytest runs in the call phase) through its ``runtest``."""
