@@ -28,7 +28,6 @@ from .counting import (
 from .cudagraph_settings import (
     apply_cudagraph_settings,
     config_is_process_wide,
-    cudagraph_settings_here,
     cudagraph_switches_here,
     settings_can_wait_for_import,
 )
@@ -77,7 +76,6 @@ __all__ = [
     "counts_every_change",
     "creates_thread_state_lazily",
     "cuda_visible",
-    "cudagraph_settings_here",
     "cudagraph_switches_here",
     "ensure_cudagraph_tls",
     "env_names",

@@ -188,8 +188,7 @@ class ThreadRun:
         failures = [
             (name, self.errors[name])
             for name in self.names
-            if name in self.errors
-            and not isinstance(self.errors[name], (pytest.skip.Exception, pytest.xfail.Exception))
+            if name in self.errors and not is_skip_or_xfail(self.errors[name])
         ]
         if failures:
             _raise_failures(failures, self.result.errors, len(self.names))
