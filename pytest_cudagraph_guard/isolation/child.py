@@ -166,6 +166,15 @@ class SubprocessChild:
         test_request = load_request(self.request_path)
         self.request.update({**test_request, "basetemp": self.request["basetemp"]})
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makeitem(
+        self, collector: pytest.Module | pytest.Class, name: str, obj: object
+    ) -> list[pytest.Item] | None:
+        """Nothing for the names of a module or class on the test's path other than the next
+        one on it: pytest would build every test of the module, then keep the one selected."""
+        wanted = _next_on_path(self.request["nodearg"], collector)
+        return [] if wanted is not None and name != wanted else None
+
     def apply_cudagraph_settings(self) -> None:
         """CUDA graphs on, for the whole process: not a change the running test made."""
         apply = functools.partial(_torch.apply_cudagraph_settings, self.request["trees"])
@@ -227,3 +236,19 @@ class SubprocessChild:
             self.results = Path(results).open("a", encoding="utf-8")  # noqa: SIM115
         self.results.write(json.dumps(message, default=repr) + "\n")
         self.results.flush()
+
+
+def _next_on_path(nodearg: str | None, collector: pytest.Collector) -> str | None:
+    """The name ``collector`` must collect to reach the test that ``nodearg`` selects (the
+    function's name, less parameters); None where it is not on the test's path."""
+    if nodearg is None:
+        return None
+    path, _, inside = nodearg.partition("::")
+    if not inside or collector.path != Path(path):
+        return None
+    wanted = inside.split("::")
+    _, _, collector_inside = collector.nodeid.partition("::")
+    ours = collector_inside.split("::") if collector_inside else []
+    if len(ours) >= len(wanted) or wanted[: len(ours)] != ours:
+        return None
+    return wanted[len(ours)].split("[", 1)[0]
