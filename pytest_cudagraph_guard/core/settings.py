@@ -33,7 +33,9 @@ def effective_settings(extra_keys: Iterable[str] = ()) -> dict[str, Setting]:
     """Every cudagraph-related key of ``torch._inductor.config`` (nested ones too) as the calling
     thread sees it, with its source. Imports torch."""
     config = _torch.import_config(_torch.INDUCTOR_CONFIG)
-    names = _torch.env_names(config)
+    # Reading which variables set which key parses torch's config source: only worth it when
+    # one of torch's variables is set at all.
+    names = _torch.env_names(config) if _torch_environ() else {}
     keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
     found = {}
     for key in dict.fromkeys(keys):
