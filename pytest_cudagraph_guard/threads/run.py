@@ -6,7 +6,6 @@ import contextvars
 import functools
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from ..core.markers import THREAD_MARKER, ThreadOptions
 from ..core.outcomes import is_skip_or_xfail
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import cudagraph_switches
+from .launch import Countdown, barrier, start_unawaited
 
 THREAD_NAME = "cudagraph-thread-{index}"
 RELEASE_GRACE_S = 30.0
@@ -98,9 +98,10 @@ class ThreadRun:
         self.settings_keys = settings_keys  # None: nobody reports settings
         self.names = list(result.threads)
         self.errors: dict[str, BaseException] = {}
-        self.barrier = threading.Barrier(options.threads)
-        self.finished = threading.Barrier(options.threads)
+        self.barrier = barrier(options.threads)
+        self.finished = barrier(options.threads)
         self.bodies_done: set[str] = set()
+        self.ended = Countdown(options.threads)  # the main thread's one wait
 
     def run(self) -> None:
         __tracebackhide__ = True
@@ -124,29 +125,35 @@ class ThreadRun:
         return context
 
     def _run_threads(self, context: contextvars.Context) -> list[threading.Thread]:
-        threads = []
+        threads = self._start_threads(context)
+        if self.ended.wait(self.options.timeout):
+            stuck = []
+        else:
+            stuck = [t for t in threads if t.name not in self.bodies_done]
+        if stuck:
+            self.finished.abort()  # the others leave without releasing their state
+        for thread in threads:  # ended or ending: no thread outlives the test
+            if thread not in stuck:
+                thread.join(RELEASE_GRACE_S)
+        return stuck
+
+    def _start_threads(self, context: contextvars.Context) -> list[threading.Thread]:
+        threads: list[threading.Thread] = []
         for index, name in enumerate(self.names):
             thread = threading.Thread(
                 target=context.copy().run, args=(self._thread_main, index), name=name, daemon=True
             )
             try:
-                thread.start()
+                start_unawaited(thread)
             except BaseException as exc:
                 self.errors[name] = exc
                 self.barrier.abort()
                 self.finished.abort()
+                for _ in range(len(self.names) - len(threads)):
+                    self.ended.done()
                 break
             threads.append(thread)
-        deadline = time.monotonic() + self.options.timeout
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        stuck = [t for t in threads if t.is_alive() and t.name not in self.bodies_done]
-        if stuck:
-            self.finished.abort()  # the others leave without releasing their state
-        for thread in threads:
-            if thread not in stuck:
-                thread.join(RELEASE_GRACE_S)
-        return stuck
+        return threads
 
     def _thread_main(self, index: int) -> None:
         name = self.names[index]
@@ -164,7 +171,10 @@ class ThreadRun:
             self.errors[name] = exc
         finally:
             self.bodies_done.add(name)
-            self._release(name)
+            try:
+                self._release(name)
+            finally:
+                self.ended.done()  # this thread's last step: the main thread runs on
 
     def _release(self, name: str) -> None:
         """Frees this thread's tree managers once every thread is done with the device:
