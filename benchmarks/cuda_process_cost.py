@@ -162,7 +162,8 @@ def steps() -> dict[str, float]:
 
 
 def main() -> int:
-    if not torch.cuda.is_available():
+    # Asked in a child: this process must never touch CUDA, or its children could not use it.
+    if not _in_child(lambda: {"available": float(torch.cuda.is_available())})["available"]:
         print("CUDA is not available")
         return 0
     for concurrency in CONCURRENCY:
