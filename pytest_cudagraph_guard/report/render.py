@@ -136,7 +136,19 @@ def _wrapped(label: str, text: str, indent: int = 2) -> list[str]:
 
 
 def json_text(document: ReportDocument) -> str:
-    return json.dumps(document, indent=2) + "\n"
+    """The document with a line per test record: as quick to write as compact JSON (an indented
+    dump takes five times as long on 10,000 records) and still read and searched by line."""
+    members = [
+        f"  {json.dumps(key)}: {_json_member(key, value)}" for key, value in document.items()
+    ]
+    return "{\n" + ",\n".join(members) + "\n}\n"
+
+
+def _json_member(key: str, value: object) -> str:
+    if key != "tests" or not isinstance(value, list) or not value:
+        return json.dumps(value)
+    records = ",\n".join(f"    {json.dumps(record)}" for record in value)
+    return f"[\n{records}\n  ]"
 
 
 def markdown_text(document: ReportDocument) -> str:
