@@ -18,9 +18,9 @@ from .core.markers import (
     THREAD_MARKER_DOC,
     MarkerError,
     describe_error,
+    item_thread_options,
     plugin_marks,
     subprocess_options,
-    thread_options,
 )
 from .core.options import add_options, suite_options
 from .fixtures import cudagraphs, dynamo_config, inductor_config
@@ -136,7 +136,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if thread_mark is None and process_mark is None:
         return
     try:
-        thread = thread_options(thread_mark) if thread_mark is not None else None
+        timeout = suite_options(item.config).timeout
+        thread = (
+            item_thread_options(item, thread_mark, timeout) if thread_mark is not None else None
+        )
         process = subprocess_options(process_mark) if process_mark is not None else None
     except MarkerError as error:
         marker = THREAD_MARKER if thread_mark is not None else SUBPROCESS_MARKER

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .config_access import CUDAGRAPH_SWITCHES, INDUCTOR_CONFIG, import_config, loaded_config
 from .runtime import release_tuple
-from .values import RawEntry
 
 
 def apply_cudagraph_settings(trees: bool) -> None:
@@ -16,7 +16,7 @@ def apply_cudagraph_settings(trees: bool) -> None:
     the leak guard's change counter only counts what tests do."""
     config = import_config(INDUCTOR_CONFIG)
     for key, value in zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True):
-        config.write(key, RawEntry(value, config.raw(key).default, False))
+        config.override(key, value)
     config.mark_dirty()
 
 
@@ -37,6 +37,7 @@ def cudagraph_settings_here() -> dict[str, Any]:
     return {key: config.effective(key) for key in config.cudagraph_keys()}
 
 
+@functools.cache
 def config_is_process_wide() -> bool:
     """Whether config overrides are shared by every thread (torch <= 2.11)."""
     return import_config(INDUCTOR_CONFIG).layout != "ctxvar"

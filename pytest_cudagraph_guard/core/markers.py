@@ -70,6 +70,20 @@ def thread_options(mark: pytest.Mark, default_timeout: float | None = None) -> T
     return options
 
 
+_thread_options_key = pytest.StashKey[ThreadOptions]()
+
+
+def item_thread_options(
+    item: pytest.Item, mark: pytest.Mark, default_timeout: float | None
+) -> ThreadOptions:
+    """``thread_options`` of the test's marker, read once per test (its set-up checks them,
+    its call phase runs with them)."""
+    options = item.stash.get(_thread_options_key, None)
+    if options is None:
+        options = item.stash[_thread_options_key] = thread_options(mark, default_timeout)
+    return options
+
+
 class SubprocessOptions(NamedTuple):
     timeout: float = 300.0
     trees: bool = True

@@ -1,64 +1,75 @@
-"""Starting the marker's threads and waiting for them with as few cross-thread wake-ups of the
-main thread as possible: each one costs a context switch and a hand-over of the GIL, which on a
-machine of few or virtual cores is most of what a trivial marked test costs."""
+"""Where the marker's threads start: on the CPU of the thread that starts them.
+
+A new thread normally starts on an idle CPU, and each hand-over between it and the main thread
+(the start, the GIL, the join) then wakes a CPU from idle; on a machine of few or virtual cores
+that is most of what a trivial marked test costs. Started beside the main thread, which waits
+for it, a thread needs no second CPU at all. Each thread gets the starting thread's CPUs back as
+its first step, so that what it runs (and the threads that it or torch starts) is placed as
+usual. Where the OS cannot do this, threads start as ``Thread.start`` starts them.
+"""
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import functools
+import os
 import threading
+from collections.abc import Callable
+from typing import Final
 
-# The releases whose ``Thread.start`` ends by waiting on the thread's ``_started`` event, and
-# whose ``Thread`` needs nothing else from that wait (3.10 to 3.13 alike).
-UNAWAITED_START_RELEASES = ((3, 10), (3, 14))
+CpuReader = Callable[[], int]
 
 
-def start_unawaited(thread: threading.Thread) -> None:
-    """``thread.start()``, without waiting until the new thread has begun to run. ``start``'s
-    last step waits for that, a wake-up of the caller that the marker does not need, since it
-    waits for the thread's end anyway. Until the thread has begun, its ``ident`` is None and
-    ``join`` raises RuntimeError; wait for a sign from its target before joining it. Where this
-    Python's ``Thread`` is not as expected, this is a plain ``start()``."""
-    started = getattr(thread, "_started", None)
-    low, high = UNAWAITED_START_RELEASES
-    if not (low <= sys.version_info[:2] < high and isinstance(started, threading.Event)):
-        thread.start()
-        return
-    own = vars(started)
-    own["wait"] = _started_at_once  # shadows Event.wait for start()'s one call
+class Placement:
+    """Pins the calling thread to its current CPU while it starts threads (which inherit that),
+    and gives each started thread the caller's CPUs back."""
+
+    def __init__(self) -> None:
+        self.mask: set[int] | None = None  # the caller's CPUs while it is pinned
+
+    def pin(self) -> None:
+        """Pins the calling thread to the CPU it runs on, where it may run on several."""
+        read_cpu = _cpu_reader()
+        if read_cpu is None:
+            return
+        try:
+            mask = os.sched_getaffinity(0)
+            cpu = read_cpu()
+            if len(mask) > 1 and cpu in mask:
+                os.sched_setaffinity(0, (cpu,))
+                self.mask = mask
+        except OSError:
+            self.mask = None
+
+    def unpin(self) -> None:
+        """In the thread that pinned itself, or in a thread it started: the caller's CPUs."""
+        if self.mask is not None:
+            _set_affinity(self.mask)
+
+
+def _set_affinity(mask: set[int]) -> None:
     try:
-        thread.start()
-    finally:
-        del own["wait"]
+        os.sched_setaffinity(0, mask)
+    except OSError:  # the CPUs the process may use changed meanwhile: whichever it may use
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
 
-def _started_at_once(timeout: float | None = None) -> bool:
-    return True
+@functools.cache
+def _cpu_reader() -> CpuReader | None:
+    """libc's ``sched_getcpu``, where this OS has it and per-thread CPU affinity."""
+    if not (hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity")):
+        return None
+    try:
+        import ctypes
 
-
-class Countdown:
-    """A latch the main thread waits on once, released by the last of ``count`` threads to call
-    ``done``: one wake-up for the whole run, instead of one per thread joined."""
-
-    def __init__(self, count: int) -> None:
-        self._left = count
-        self._guard = threading.Lock()
-        self._zero = threading.Lock()
-        self._zero.acquire()
-        if count <= 0:
-            self._zero.release()
-
-    def done(self) -> None:
-        with self._guard:
-            self._left -= 1
-            if self._left == 0:
-                self._zero.release()
-
-    def wait(self, timeout: float) -> bool:
-        """Whether every thread was done within ``timeout`` seconds."""
-        if self._zero.acquire(timeout=max(0.0, timeout)):
-            self._zero.release()  # a second wait returns at once
-            return True
-        return False
+        reader = ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+    reader.restype = ctypes.c_int
+    reader.argtypes = []
+    read: CpuReader = reader
+    return read
 
 
 class Alone:
@@ -71,6 +82,9 @@ class Alone:
         pass
 
 
+ALONE: Final = Alone()
+
+
 def barrier(parties: int) -> threading.Barrier | Alone:
     """A barrier for ``parties`` threads; for one, a barrier that costs nothing."""
-    return threading.Barrier(parties) if parties > 1 else Alone()
+    return threading.Barrier(parties) if parties > 1 else ALONE

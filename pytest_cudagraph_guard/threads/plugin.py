@@ -9,7 +9,7 @@ import pytest
 
 from ..core import plugin_names
 from ..core.diagnosis import DiagnoseHook, hook_diagnoser
-from ..core.markers import ThreadOptions, plugin_marks, thread_options
+from ..core.markers import ThreadOptions, item_thread_options, plugin_marks
 from ..core.options import suite_options
 
 
@@ -30,6 +30,9 @@ class ThreadedCalls:
     a test function through ``pytest_pyfunc_call``, a ``unittest.TestCase`` test (whose
     ``setUp`` and ``tearDown`` pytest runs in the call phase) through its ``runtest``."""
 
+    def __init__(self) -> None:
+        self._session: _SessionArguments | None = None
+
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
         __tracebackhide__ = True
@@ -38,7 +41,7 @@ class ThreadedCalls:
             return (yield)
         from .run import call_in_threads
 
-        with call_in_threads(pyfuncitem, *_run_arguments(pyfuncitem, mark)):
+        with call_in_threads(pyfuncitem, *self._run_arguments(pyfuncitem, mark)):
             return (yield)
 
     @pytest.hookimpl(wrapper=True)
@@ -53,19 +56,28 @@ class ThreadedCalls:
             return (yield)
         from .run import thread_runner
 
-        with unittest_case_in_threads(item, thread_runner(item, *_run_arguments(item, mark))):
+        with unittest_case_in_threads(item, thread_runner(item, *self._run_arguments(item, mark))):
             return (yield)
 
+    def _run_arguments(
+        self, item: pytest.Item, mark: pytest.Mark
+    ) -> tuple[ThreadOptions, DiagnoseHook, list[str] | None]:
+        """The marker's options, the session's diagnose hook, and the settings keys the report
+        wants read in the threads (None without a report)."""
+        if self._session is None:
+            self._session = _session_arguments(item.config)
+        timeout, diagnose, keys = self._session
+        return item_thread_options(item, mark, timeout), diagnose, keys
 
-def _run_arguments(
-    item: pytest.Item, mark: pytest.Mark
-) -> tuple[ThreadOptions, DiagnoseHook, list[str] | None]:
-    """The marker's options, the session's diagnose hook, and the settings keys the report
-    wants read in the threads (None without a report)."""
-    config = item.config
+
+_SessionArguments = tuple[float | None, DiagnoseHook, list[str] | None]
+
+
+def _session_arguments(config: pytest.Config) -> _SessionArguments:
+    """What every marked test of the session runs with: the default timeout, the diagnose
+    hook, and the report's settings keys."""
     reporter: plugin_names.ReportsSettings | None = config.pluginmanager.get_plugin(
         plugin_names.REPORT
     )
     keys = reporter.extra_keys() if reporter is not None else None
-    options = thread_options(mark, suite_options(config).timeout)
-    return options, hook_diagnoser(config), keys
+    return suite_options(config).timeout, hook_diagnoser(config), keys

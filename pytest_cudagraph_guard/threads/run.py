@@ -6,6 +6,7 @@ import contextvars
 import functools
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from ..core.markers import THREAD_MARKER, ThreadOptions
 from ..core.outcomes import is_skip_or_xfail
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import cudagraph_switches
-from .launch import Countdown, barrier, start_unawaited
+from .launch import Placement, barrier
 
 THREAD_NAME = "cudagraph-thread-{index}"
 RELEASE_GRACE_S = 30.0
@@ -56,7 +57,7 @@ def thread_runner(
     """A function that runs a body in the marker's threads, keeping the results for ``item``."""
     result = ThreadRunFacts(
         where=f"thread x {options.threads}",
-        threads=tuple(THREAD_NAME.format(index=i) for i in range(options.threads)),
+        threads=thread_names(options.threads),
         switches=cudagraph_switches(options.trees),
     )
     item.stash[thread_run_key] = result
@@ -66,6 +67,11 @@ def thread_runner(
         ThreadRun(body, options, result, diagnose_hook, settings_keys).run()
 
     return run
+
+
+@functools.cache
+def thread_names(threads: int) -> tuple[str, ...]:
+    return tuple(THREAD_NAME.format(index=i) for i in range(threads))
 
 
 def _threaded(
@@ -101,7 +107,7 @@ class ThreadRun:
         self.barrier = barrier(options.threads)
         self.finished = barrier(options.threads)
         self.bodies_done: set[str] = set()
-        self.ended = Countdown(options.threads)  # the main thread's one wait
+        self.placement = Placement()
 
     def run(self) -> None:
         __tracebackhide__ = True
@@ -126,37 +132,41 @@ class ThreadRun:
 
     def _run_threads(self, context: contextvars.Context) -> list[threading.Thread]:
         threads = self._start_threads(context)
-        if self.ended.wait(self.options.timeout):
-            stuck = []
-        else:
-            stuck = [t for t in threads if t.name not in self.bodies_done]
+        deadline = time.monotonic() + self.options.timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t for t in threads if t.name not in self.bodies_done]
         if stuck:
             self.finished.abort()  # the others leave without releasing their state
-        for thread in threads:  # ended or ending: no thread outlives the test
-            if thread not in stuck:
-                thread.join(RELEASE_GRACE_S)
+            for thread in threads:  # no thread but a stuck one outlives the test
+                if thread not in stuck:
+                    thread.join(RELEASE_GRACE_S)
         return stuck
 
     def _start_threads(self, context: contextvars.Context) -> list[threading.Thread]:
         threads: list[threading.Thread] = []
-        for index, name in enumerate(self.names):
-            thread = threading.Thread(
-                target=context.copy().run, args=(self._thread_main, index), name=name, daemon=True
-            )
-            try:
-                start_unawaited(thread)
-            except BaseException as exc:
-                self.errors[name] = exc
-                self.barrier.abort()
-                self.finished.abort()
-                for _ in range(len(self.names) - len(threads)):
-                    self.ended.done()
-                break
-            threads.append(thread)
+        self.placement.pin()
+        try:
+            for index, name in enumerate(self.names):
+                own = context if len(self.names) == 1 else context.copy()  # a run's is fresh
+                thread = threading.Thread(
+                    target=own.run, args=(self._thread_main, index), name=name, daemon=True
+                )
+                try:
+                    thread.start()
+                except BaseException as exc:
+                    self.errors[name] = exc
+                    self.barrier.abort()
+                    self.finished.abort()
+                    break
+                threads.append(thread)
+        finally:
+            self.placement.unpin()
         return threads
 
     def _thread_main(self, index: int) -> None:
         name = self.names[index]
+        self.placement.unpin()
         try:
             if self.options.tls == "init":
                 _torch.ensure_cudagraph_tls()
@@ -171,10 +181,7 @@ class ThreadRun:
             self.errors[name] = exc
         finally:
             self.bodies_done.add(name)
-            try:
-                self._release(name)
-            finally:
-                self.ended.done()  # this thread's last step: the main thread runs on
+            self._release(name)
 
     def _release(self, name: str) -> None:
         """Frees this thread's tree managers once every thread is done with the device:
@@ -190,6 +197,8 @@ class ThreadRun:
 
     def _conclude(self, stuck: list[threading.Thread]) -> None:
         __tracebackhide__ = True
+        if not (self.errors or stuck):
+            return
         for name in self.names:  # a skip or xfail is the test's outcome, not an error
             if name in self.errors and not is_skip_or_xfail(self.errors[name]):
                 self.result.errors.append(error_record(self.errors[name], name, self.diagnose_hook))
