@@ -626,3 +626,29 @@ def test_a_session_without_marked_tests_registers_no_per_test_hooks(
     )
     ourtester.runpytest().assert_outcomes(passed=2)
     assert registered.read_text() == "cudagraph_guard.threads.calls"
+
+
+@pytest.mark.parametrize("tls", ["init", "native"])
+def test_each_threads_cudagraph_trees_state_is_released_at_its_end(
+    ourtester: pytest.Pytester, tls: str
+) -> None:
+    if tls == "native" and not hasattr(torch._inductor.cudagraph_trees, "_initialize_tls"):
+        pytest.skip("before torch 2.13 a native thread cannot create the state")
+    ourtester.makepyfile(
+        f"""
+        import pytest
+        import torch._inductor.cudagraph_trees as cgt
+
+        HELD = []
+
+        @pytest.mark.cudagraph_thread(threads=2, tls="{tls}")
+        def test_makes_state():
+            containers = cgt.get_obj(cgt.local, "tree_manager_containers")
+            containers["left by the test"] = None
+            HELD.append(containers)
+
+        def test_released():
+            assert HELD == [{{}}, {{}}]
+        """
+    )
+    ourtester.runpytest().assert_outcomes(passed=2)

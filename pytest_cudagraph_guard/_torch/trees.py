@@ -130,7 +130,7 @@ def release_cudagraph_tls() -> None:
     threads.
     """
     trees = sys.modules.get(CUDAGRAPH_TREES)
-    if trees is None or not has_cudagraph_tls():
+    if trees is None or not _may_hold_state(trees) or not has_cudagraph_tls():
         return
     with _RELEASES:
         trees._set_cached_tensors_enabled(True)
@@ -142,3 +142,13 @@ def release_cudagraph_tls() -> None:
     if remove is not None:
         for key in TLS_KEYS:
             remove(key)
+
+
+def _may_hold_state(trees: ModuleType) -> bool:
+    """Whether the calling thread may have CUDAGraph Trees state, judged by the module's
+    ``threading.local`` alone. torch stashes its C++ thread-local objects only together with
+    the local's attributes (at import, in ``_initialize_tls``, and ``ensure_cudagraph_tls``
+    does the same), so a thread without them has none: asking torch's C++ side instead would
+    set up, and at the thread's exit tear down, that side's thread-local storage for nothing."""
+    local = getattr(trees, "local", None)
+    return local is None or any(hasattr(local, key) for key in TLS_KEYS)

@@ -14,12 +14,20 @@ def own_function():
     return namespace["step"], index + 2
 
 
+# A device-wide synchronize in one thread while another captures fails both, on every torch
+# (graph_capture_lock serializes captures only): no thread synchronizes before all are done.
+CALLS_DONE = threading.Barrier({threads})
+
+
 def drafter_step():
-    step, scale = own_function()
-    compiled = torch.compile(step, mode="reduce-overhead")
-    x = torch.randn(4096, device="cuda")
-    for _ in range(3):  # warm-up, record, replay
-        out = compiled(x)
+    try:
+        step, scale = own_function()
+        compiled = torch.compile(step, mode="reduce-overhead")
+        x = torch.randn(4096, device="cuda")
+        for _ in range(3):  # warm-up, record, replay
+            out = compiled(x)
+    finally:
+        CALLS_DONE.wait(timeout=240)
     torch.cuda.synchronize()
     torch.testing.assert_close(out, torch.sin(x) * scale + torch.cos(x))
 
