@@ -52,16 +52,17 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
 """
-# The floor under the thread marker: each test's body in a bare new thread, started and joined.
-BARE_THREAD_CONFTEST = (
-    DYNAMO_CONFTEST
-    + """
+# A conftest's hook that runs a test's body in a bare new thread, started and joined, where the
+# conftest's ``runs_in_a_bare_thread(item)`` says so.
+BARE_THREAD_HOOK = """
 
 import threading
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem):
+    if not runs_in_a_bare_thread(pyfuncitem):
+        return (yield)
     body = pyfuncitem.obj
 
     def in_a_bare_thread(*args, **kwargs):
@@ -74,6 +75,15 @@ def pytest_pyfunc_call(pyfuncitem):
         return (yield)
     finally:
         pyfuncitem.obj = body
+"""
+# The floor under the thread marker: every test's body in a bare new thread.
+BARE_THREAD_CONFTEST = (
+    DYNAMO_CONFTEST
+    + BARE_THREAD_HOOK
+    + """
+
+def runs_in_a_bare_thread(item):
+    return True
 """
 )
 NO_TORCH_CONFTEST = """

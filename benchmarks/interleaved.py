@@ -25,15 +25,15 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench import DYNAMO_CONFTEST
+from bench import BARE_THREAD_HOOK, DYNAMO_CONFTEST
 
 TIMING_CONFTEST = (
     DYNAMO_CONFTEST
+    + BARE_THREAD_HOOK
     + """
 
 import json
 import os
-import threading
 import time
 
 STARTS = []
@@ -43,22 +43,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "bare: the body in a bare new thread, started and joined")
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_pyfunc_call(pyfuncitem):
-    if pyfuncitem.get_closest_marker("bare") is None:
-        return (yield)
-    body = pyfuncitem.obj
-
-    def in_a_bare_thread(*args, **kwargs):
-        thread = threading.Thread(target=body, args=args, kwargs=kwargs, daemon=True)
-        thread.start()
-        thread.join()
-
-    pyfuncitem.obj = in_a_bare_thread
-    try:
-        return (yield)
-    finally:
-        pyfuncitem.obj = body
+def runs_in_a_bare_thread(item):
+    return item.get_closest_marker("bare") is not None
 
 
 @pytest.hookimpl(tryfirst=True)
