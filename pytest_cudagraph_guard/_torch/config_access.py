@@ -240,9 +240,6 @@ def loaded_config(name: str) -> ConfigAccess | None:
 
 
 def import_config(name: str) -> ConfigAccess:
-    loaded = loaded_config(name)
-    if loaded is not None:
-        return loaded
     import_torch()
     return access(importlib.import_module(name))
 

@@ -49,9 +49,6 @@ def import_cudagraph_trees() -> ModuleType:
     """``torch._inductor.cudagraph_trees``. Its module-level code gives the importing thread the
     per-thread state; where that is not the main thread and this torch is older than 2.13, the
     main thread is given its state the first time it needs it, as 2.13 would."""
-    loaded = sys.modules.get(CUDAGRAPH_TREES)
-    if loaded is not None:  # every marked test asks: the common case costs one lookup
-        return loaded
     import_torch()
     first_import = CUDAGRAPH_TREES not in sys.modules
     trees = importlib.import_module(CUDAGRAPH_TREES)
