@@ -87,29 +87,15 @@ class ConfigAccess:
                 self._config[key] = raw.default if value is UNSET else value
             return
         entry = self._config[key]
-        self._store_override(entry, self._torch_unset if value is UNSET else value)
-        if values_differ(entry.default, raw.default):
-            entry.default = copy_value(raw.default)
-        if getattr(entry, "hide", raw.hidden) != raw.hidden:  # each write counts as a change
-            entry.hide = raw.hidden
-
-    def override(self, key: str, value: bool) -> None:
-        """``write`` of ``value`` as the override, the default kept and the key shown: the
-        same as ``write(key, RawEntry(value, raw(key).default, False))``, in fewer steps, for
-        the switches that each marked test sets."""
-        if self.layout == "plain":
-            self._config[key] = value
-            return
-        entry = self._config[key]
-        self._store_override(entry, value)
-        if getattr(entry, "hide", False):
-            entry.hide = False
-
-    def _store_override(self, entry: Any, stored: Any) -> None:
+        stored = self._torch_unset if value is UNSET else value
         if self.layout == "ctxvar":
             entry.user_override.set(stored)
         else:
             entry.user_override = stored
+        if values_differ(entry.default, raw.default):
+            entry.default = copy_value(raw.default)
+        if getattr(entry, "hide", raw.hidden) != raw.hidden:  # each write counts as a change
+            entry.hide = raw.hidden
 
     def effective(self, key: str, raw: RawEntry | None = None) -> Any:
         """The value a read of ``key`` gives, computed without a read's side effects."""

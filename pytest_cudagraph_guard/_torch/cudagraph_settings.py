@@ -8,6 +8,7 @@ from typing import Any
 
 from .config_access import CUDAGRAPH_SWITCHES, INDUCTOR_CONFIG, import_config, loaded_config
 from .runtime import release_tuple
+from .values import RawEntry
 
 
 def apply_cudagraph_settings(trees: bool) -> None:
@@ -16,7 +17,7 @@ def apply_cudagraph_settings(trees: bool) -> None:
     the leak guard's change counter only counts what tests do."""
     config = import_config(INDUCTOR_CONFIG)
     for key, value in zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True):
-        config.override(key, value)
+        config.write(key, RawEntry(value, config.raw(key).default, False))
     config.mark_dirty()
 
 
