@@ -35,7 +35,11 @@ from .env_sources import env_names, env_variables_read, is_torch_env_memo
 from .faults import Loss, begin_fault_session, note_internal_error, take_notices
 from .import_hooks import run_after_import
 from .observe import skip_count, start_observing, stop_observing
-from .readiness import start_thread_readiness, stop_thread_readiness
+from .readiness import (
+    serializes_captures_for_threads,
+    start_thread_readiness,
+    stop_thread_readiness,
+)
 from .runtime import (
     TorchNotInstalled,
     cuda_visible,
@@ -94,6 +98,7 @@ __all__ = [
     "release_tuple",
     "reset_compiled_state",
     "run_after_import",
+    "serializes_captures_for_threads",
     "settings_can_wait_for_import",
     "skip_count",
     "start_observing",

@@ -35,6 +35,7 @@ class _ReadinessState:
         self.users = 0
         self.patches = Patches()
         self.capture_lock = threading.RLock()
+        self.serializing = False  # the capture lock is in torch's way now
 
 
 _STATE: Final = _ReadinessState()
@@ -48,8 +49,9 @@ def start_thread_readiness() -> None:
         return
     if not serializes_captures(trees):
         manager = owner_class(trees, "CUDAGraphTreeManager", *_SERIALIZED)
-        for row in _SERIALIZED if manager is not None else ():
-            _STATE.patches.apply(row, manager, _locked)
+        if manager is not None:
+            applied = [_STATE.patches.apply(row, manager, _locked) for row in _SERIALIZED]
+            _STATE.serializing = any(applied)
     _make_fx_tracing_check_per_thread()
 
 
@@ -70,6 +72,12 @@ def stop_thread_readiness() -> None:
     _STATE.users -= 1
     if _STATE.users == 0:
         _STATE.patches.undo()
+        _STATE.serializing = False
+
+
+def serializes_captures_for_threads() -> bool:
+    """Whether a ``tls="init"`` run has our capture lock around torch's warm-up and capture."""
+    return _STATE.serializing
 
 
 def _locked(method: Any) -> Any:

@@ -153,6 +153,14 @@ def capture_conflict_hint() -> str:
             "synchronize() or replays in other threads: keep them off the device while one "
             "thread captures"
         )
+    if _torch.serializes_captures_for_threads():
+        return (
+            "CUDA graph capture overlapped with CUDA work in another thread; cudagraph_thread"
+            "(tls='init') serializes CUDAGraph Trees' warm-up and capture here, as torch 2.13's "
+            "graph_capture_lock does, but not eager work, synchronize(), replays or captures of "
+            "your own (torch.cuda.graph) in other threads: keep them off the device while one "
+            "thread captures"
+        )
     return (
         f"CUDA graph captures ran in several threads at once; {_torch_label()} does not "
         "serialize warm-up and capture (torch 2.13 added graph_capture_lock): mark the test "

@@ -118,6 +118,7 @@ class ThreadRun:
             _torch.start_thread_readiness()
         try:
             stuck = self._run_threads(self._context_with_cudagraphs())
+            self._record_errors()  # while what tls="init" adds is in effect, for its hints
         finally:
             if self.options.tls == "init":
                 _torch.stop_thread_readiness()
@@ -195,13 +196,15 @@ class ThreadRun:
         except Exception as exc:
             self.errors.setdefault(name, exc)
 
+    def _record_errors(self) -> None:
+        for name in self.names:  # a skip or xfail is the test's outcome, not an error
+            if name in self.errors and not is_skip_or_xfail(self.errors[name]):
+                self.result.errors.append(error_record(self.errors[name], name, self.diagnose_hook))
+
     def _conclude(self, stuck: list[threading.Thread]) -> None:
         __tracebackhide__ = True
         if not (self.errors or stuck):
             return
-        for name in self.names:  # a skip or xfail is the test's outcome, not an error
-            if name in self.errors and not is_skip_or_xfail(self.errors[name]):
-                self.result.errors.append(error_record(self.errors[name], name, self.diagnose_hook))
         if stuck:
             self._fail_timeout(stuck)
         failures = [

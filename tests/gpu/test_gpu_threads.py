@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import textwrap
+
 import pytest
 
 from ..conftest import QUIET_INI
@@ -71,6 +74,58 @@ def test_capture_errors_without_serialization_are_all_classified(
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 1
     if "cudaErrorStreamCapture" in result.stdout.str():
         result.stdout.fnmatch_lines(["*kind: capture-conflict*"])
+
+
+SYNCHRONIZE_DURING_CAPTURE = """
+    import threading
+
+    import pytest
+    import torch
+
+    capturing = threading.Event()
+    synchronized = threading.Event()
+
+    @pytest.mark.cudagraph_thread(threads=2, tls="{tls}")
+    def test_synchronize_during_capture():
+        if threading.current_thread().name == "cudagraph-thread-0":
+            x = torch.ones(16, device="cuda")
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                y = x * 2
+                capturing.set()
+                synchronized.wait(30)
+        else:
+            capturing.wait(30)
+            try:
+                torch.cuda.synchronize()
+            finally:
+                synchronized.set()
+"""
+
+
+@LAZY_THREAD_STATE.skip_where_fixed
+@pytest.mark.parametrize(
+    ("tls", "hint_says"),
+    [
+        ("init", "tls='init') serializes CUDAGraph Trees' warm-up and capture here"),
+        ("native", "does not serialize warm-up and capture"),
+    ],
+)
+def test_a_capture_conflict_hint_says_what_tls_init_covered(
+    gpu_tester: pytest.Pytester, tls: str, hint_says: str
+) -> None:
+    """One thread synchronizes while another captures: under tls="init" the hint must not
+    advise tls="init", which serializes torch's captures, not a synchronize elsewhere."""
+    gpu_tester.makepyfile(textwrap.dedent(SYNCHRONIZE_DURING_CAPTURE).format(tls=tls))
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report=json:report.json"
+    )
+    result.assert_outcomes(failed=1)
+    document = json.loads((gpu_tester.path / "report.json").read_text())
+    (record,) = document["tests"]
+    conflicts = [e for e in record["errors"] if e["kind"] == "capture-conflict"]
+    assert {e["thread"] for e in conflicts} == {"cudagraph-thread-0", "cudagraph-thread-1"}
+    assert all(hint_says in e["hint"] for e in conflicts), conflicts
 
 
 def test_cudagraphs_fixture_records_and_replays_then_resets(gpu_tester: pytest.Pytester) -> None:
