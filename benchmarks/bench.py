@@ -6,7 +6,7 @@ machine's drift hits both sides alike.
 
     python benchmarks/bench.py                 # every case, 5 pairs each
     python benchmarks/bench.py --pairs 3 --tests 200 --case guard
-    python benchmarks/bench.py --subprocess    # the cudagraph_subprocess marker's cost
+    python benchmarks/bench.py --subprocess    # cudagraph_subprocess's cost, marker and option
     python benchmarks/bench.py --subprocess --against ../other-checkout   # this plugin vs that
     python benchmarks/bench.py --gpu --pairs 3  # 200 small CUDA tests, marked vs not (needs CUDA)
     python benchmarks/bench.py --case report-json --tests 10000 --pairs 1  # JSON report's size
@@ -15,7 +15,8 @@ The marker's cost is compared with a cold ``python -c "import torch"``, timed in
 per marked test, (marked - unmarked) / tests / cold import. "total" is for 8 trivial tests, the
 zygote's start included; "each more" is the cost of one more marked test (24 tests versus 8);
 "versus fixture" compares the 8 marked tests with the same 8 in the session's own process with the
-``cudagraphs`` fixture, which turns CUDA graphs on as the marker does.
+``cudagraphs`` fixture, which turns CUDA graphs on as the marker does. The same 8 and 24 tests,
+unmarked, under ``--cudagraph-subprocess`` give the option's "total" and "each more".
 """
 
 from __future__ import annotations
@@ -338,24 +339,29 @@ def measure_subprocess(
 ) -> dict[str, object]:
     plain = ["-p", "no:cacheprovider", "-q"]
     with tempfile.TemporaryDirectory(prefix="cgg-bench-subprocess-") as tmp:
+        by_option = [*plain, "--cudagraph-subprocess"]
         roots = {
-            "marked_8": (marked, SUBPROCESS_TEST),
-            "unmarked_8": (marked, UNMARKED_TORCH_TEST),
-            "fixture_8": (marked, FIXTURE_TEST),
-            "marked_24": (3 * marked, SUBPROCESS_TEST),
+            "marked_8": (marked, SUBPROCESS_TEST, plain),
+            "unmarked_8": (marked, UNMARKED_TORCH_TEST, plain),
+            "fixture_8": (marked, FIXTURE_TEST, plain),
+            "marked_24": (3 * marked, SUBPROCESS_TEST, plain),
+            "option_8": (marked, UNMARKED_TORCH_TEST, by_option),
+            "option_24": (3 * marked, UNMARKED_TORCH_TEST, by_option),
         }
-        for name, (tests, template) in roots.items():
+        for name, (tests, template, command) in roots.items():
             write_torch_module(Path(tmp) / name, tests, template)
-            timed(plain, Path(tmp) / name)  # warm the caches
+            timed(command, Path(tmp) / name)  # warm the caches
         times: dict[str, list[float]] = {name: [] for name in [*roots, "import_torch"]}
         for _ in range(pairs):
-            for name in roots:
-                times[name].append(timed(plain, Path(tmp) / name))
+            for name, (_, _, command) in roots.items():
+                times[name].append(timed(command, Path(tmp) / name))
             times["import_torch"].append(cold_import_torch())
     cold = times["import_torch"]
     total = _per_test_ratios(times["marked_8"], times["unmarked_8"], marked, cold)
     each = _per_test_ratios(times["marked_24"], times["marked_8"], 2 * marked, cold)
     like_for_like = _per_test_ratios(times["marked_8"], times["fixture_8"], marked, cold)
+    option_total = _per_test_ratios(times["option_8"], times["unmarked_8"], marked, cold)
+    option_each = _per_test_ratios(times["option_24"], times["option_8"], 2 * marked, cold)
     result = {
         "case": "subprocess",
         "what": f"{marked} marked trivial tests vs unmarked, per test, over one cold import torch",
@@ -363,6 +369,8 @@ def measure_subprocess(
         "total_ratio": round(statistics.median(total), 4),
         "each_more_ratio": round(statistics.median(each), 4),
         "versus_fixture_ratio": round(statistics.median(like_for_like), 4),
+        "option_total_ratio": round(statistics.median(option_total), 4),
+        "option_each_more_ratio": round(statistics.median(option_each), 4),
         "ratio_target": 0.1,
         **{f"seconds_{name}": [round(t, 3) for t in values] for name, values in times.items()},
     }
@@ -374,6 +382,12 @@ def measure_subprocess(
         f"{statistics.median(times['marked_24']):.2f} s; versus the same {marked} in-process with "
         f"the cudagraphs fixture ({statistics.median(times['fixture_8']):.2f} s): "
         f"{result['versus_fixture_ratio']:.3f}"
+    )
+    log(
+        f"--cudagraph-subprocess on unmarked tests: total {result['option_total_ratio']:.3f}, "
+        f"each more {result['option_each_more_ratio']:.3f} of a cold import torch (target <= 0.1);"
+        f" {marked} tests {statistics.median(times['option_8']):.2f} s, {3 * marked} tests "
+        f"{statistics.median(times['option_24']):.2f} s"
     )
     return result
 
@@ -494,7 +508,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per case (5)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
-        "--subprocess", action="store_true", help="measure the cudagraph_subprocess marker only"
+        "--subprocess",
+        action="store_true",
+        help="cudagraph_subprocess only: the marker and the option",
     )
     parser.add_argument("--marked", type=int, default=8, help="marked tests for --subprocess (8)")
     parser.add_argument(
