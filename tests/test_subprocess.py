@@ -432,12 +432,23 @@ def test_next():
 """
 
 
+INTERRUPTIBLE_PYTEST = (
+    "import signal, sys, pytest\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "sys.exit(pytest.main())\n"
+)
+
+
 def _session_in_background(
     ourtester: pytest.Pytester, pids: Path, **env: str
 ) -> subprocess.Popen[bytes]:
-    """A pytest session in its own process, its test told where to write its pids."""
+    """A pytest session in its own process, its test told where to write its pids.
+
+    SIGINT is given back its default handler: a shell that starts our own run in the background
+    (`pytest ... &`) leaves it ignored, and Python keeps an inherited SIG_IGN.
+    """
     return subprocess.Popen(
-        [sys.executable, "-m", "pytest"],
+        [sys.executable, "-c", INTERRUPTIBLE_PYTEST],
         cwd=ourtester.path,
         env={**os.environ, "PIDS": str(pids), **env},
         stdout=subprocess.PIPE,
