@@ -97,6 +97,20 @@ class ConfigAccess:
         if getattr(entry, "hide", raw.hidden) != raw.hidden:  # each write counts as a change
             entry.hide = raw.hidden
 
+    def set_in_context(self, keys: tuple[str, ...], values: tuple[Any, ...]) -> bool:
+        """``write`` of immutable override values, for a hot path: on the ctxvar layout, where
+        none of ``keys`` is hidden, sets their overrides in the calling context and marks torch's
+        caches dirty. False, with nothing set, anywhere else (use ``write``)."""
+        if self.layout != "ctxvar":
+            return False
+        entries = [self._config[key] for key in keys]
+        if any(getattr(entry, "hide", False) for entry in entries):
+            return False
+        for entry, value in zip(entries, values, strict=True):
+            entry.user_override.set(value)
+        self.mark_dirty()
+        return True
+
     def effective(self, key: str, raw: RawEntry | None = None) -> Any:
         """The value a read of ``key`` gives, computed without a read's side effects."""
         raw = raw if raw is not None else self.raw(key)

@@ -16,7 +16,10 @@ def apply_cudagraph_settings(trees: bool) -> None:
     restores them). Written beneath the module's attribute protocol, as a restore is, so that
     the leak guard's change counter only counts what tests do."""
     config = import_config(INDUCTOR_CONFIG)
-    for key, value in zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True):
+    values = (True, trees)
+    if config.set_in_context(CUDAGRAPH_SWITCHES, values):  # the thread marker's, once a test
+        return
+    for key, value in zip(CUDAGRAPH_SWITCHES, values, strict=True):
         config.write(key, RawEntry(value, config.raw(key).default, False))
     config.mark_dirty()
 
