@@ -9,10 +9,15 @@ Forks children of this process, which imports torch and never initialises CUDA (
 2. ``contexts``: N children create their contexts and stay up; then all are killed.
 3. ``steps``: the bench's small CUDA test, step by step, twice in one fresh process whose context
    is already created: the first time pays for loading each kernel.
+4. ``driver``: N children at once call the driver itself (``cuInit``, then the primary context),
+   under each of a few environments; from when each child's calls began and ended, how much of
+   the time some child was inside that call, and how much two or more were (0%: the driver
+   creates them one at a time).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -24,6 +29,11 @@ from collections.abc import Callable
 import torch
 
 CONCURRENCY = (1, 4, 8, 16)
+# Environments that might make a context cheaper to create: fewer hardware queues per context.
+DRIVER_ENVIRONMENTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "CUDA_DEVICE_MAX_CONNECTIONS=1": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+}
 
 
 def _in_child(work: Callable[[], dict[str, float]]) -> dict[str, float]:
@@ -161,6 +171,71 @@ def steps() -> dict[str, float]:
     return timings
 
 
+def _driver_calls() -> dict[str, float]:
+    """``cuInit`` and the primary context of device 0, through the driver alone: when each began
+    and ended (``time.perf_counter``, one clock for every process)."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    began = time.perf_counter()
+    status = cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(device), 0)
+    initialised = time.perf_counter()
+    status = status or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
+    status = status or cuda.cuCtxSetCurrent(context) or cuda.cuCtxSynchronize()
+    return {
+        "began": began,
+        "initialised": initialised,
+        "ended": time.perf_counter(),
+        "status": status,
+    }
+
+
+def _covered(intervals: list[tuple[float, float]]) -> tuple[float, float]:
+    """Seconds during which at least one, and at least two, of ``intervals`` were open."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    one = two = 0.0
+    open_now, last = 0, edges[0][0]
+    for time_at, step in edges:
+        one += (time_at - last) if open_now >= 1 else 0.0
+        two += (time_at - last) if open_now >= 2 else 0.0
+        open_now, last = open_now + step, time_at
+    return one, two
+
+
+def driver(children: int, environment: dict[str, str]) -> str:
+    """``children`` children at once, each calling :func:`_driver_calls` under ``environment``."""
+    reader, writer = os.pipe()
+    pids = []
+    for _ in range(children):
+        pid = os.fork()
+        if pid == 0:
+            os.close(reader)
+            os.environ.update(environment)
+            os.write(writer, (json.dumps(_driver_calls()) + "\n").encode())
+            signal.pause()
+            os._exit(0)
+        pids.append(pid)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        calls = [json.loads(pipe.readline()) for _ in range(children)]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    parts = []
+    for name, start, end in (
+        ("cuInit", "began", "initialised"),
+        ("context", "initialised", "ended"),
+    ):
+        one, two = _covered([(call[start], call[end]) for call in calls])
+        each = statistics.median(call[end] - call[start] for call in calls)
+        parts.append(
+            f"{name}: median {each * 1e3:.0f} ms in each child, some child in it for "
+            f"{one * 1e3:.0f} ms ({one / children * 1e3:.0f} ms a child), two or more at once for "
+            f"{two / one:.0%} of that"
+        )
+    failed = sum(1 for call in calls if call["status"])
+    return f"{children} children at once, {failed} failed; " + "; ".join(parts)
+
+
 def main() -> int:
     # Asked in a child: this process must never touch CUDA, or its children could not use it.
     if not _in_child(lambda: {"available": float(torch.cuda.is_available())})["available"]:
@@ -172,6 +247,9 @@ def main() -> int:
         print(contexts(children), flush=True)
     for _ in range(2):
         print("steps (ms):", _in_child(steps), flush=True)
+    for name, environment in DRIVER_ENVIRONMENTS.items():
+        for children in CONCURRENCY[1:]:
+            print(f"driver, {name}:", driver(children, environment), flush=True)
     return 0
 
 
