@@ -242,10 +242,10 @@ def _env_with_bytecode() -> dict[str, str]:
 
 class Timing(NamedTuple):
     wall: float  # seconds, the whole pytest process
-    session: float  # pytest's "in N s": collection and tests; nan where it printed none
+    session: float  # pytest's "in N s": collection and tests (with xdist, its workers' start)
 
 
-SESSION_SECONDS = re.compile(r" in ([0-9.]+)s\b")
+SESSION_SECONDS = re.compile(r" in ([0-9.]+)s\b")  # the last line of pytest's summary
 
 
 def timed(command: list[str], cwd: Path, plugin_tree: Path | None = None) -> Timing:
@@ -263,8 +263,11 @@ def timed(command: list[str], cwd: Path, plugin_tree: Path | None = None) -> Tim
         env=env,
     )
     wall = time.perf_counter() - start
-    session = SESSION_SECONDS.findall(done.stdout)
-    return Timing(wall, float(session[-1]) if session else float("nan"))
+    lines = done.stdout.strip().splitlines()
+    session = SESSION_SECONDS.search(lines[-1]) if lines else None
+    if session is None:
+        raise SystemExit(f"pytest {' '.join(command)} in {cwd} printed no session time")
+    return Timing(wall, float(session.group(1)))
 
 
 def against(case: Case) -> Case:
@@ -571,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tests < 1 or args.pairs < 1:
         parser.error("--tests and --pairs must be positive")
+    if args.gpu_run and not args.gpu:
+        parser.error("--gpu-run goes with --gpu")
     chosen = args.case or sorted(cases())
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {args.tests} tests, "

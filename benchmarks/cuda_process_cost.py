@@ -10,9 +10,9 @@ Forks children of this process, which imports torch and never initialises CUDA (
 3. ``steps``: the bench's small CUDA test, step by step, twice in one fresh process whose context
    is already created: the first time pays for loading each kernel.
 4. ``driver``: N children at once call the driver itself (``cuInit``, then the primary context),
-   under each of a few environments; from when each child's calls began and ended, how much of
-   the time some child was inside that call, and how much two or more were (0%: the driver
-   creates them one at a time).
+   under each of a few environments; from when each child's calls began and ended, how long some
+   child was inside each call, per child. Where that grows with the number of children although
+   their calls overlap, the driver does that work one child at a time.
 """
 
 from __future__ import annotations
@@ -201,25 +201,42 @@ def _covered(intervals: list[tuple[float, float]]) -> tuple[float, float]:
     return one, two
 
 
+def _driver_child(writer: int, environment: dict[str, str]) -> None:
+    """A child's whole life: its calls under ``environment`` alone (the variables the other
+    environments set are unset), one line of JSON, then a pause until it is killed; whatever
+    happens, it never returns into the parent's code."""
+    try:
+        for variables in DRIVER_ENVIRONMENTS.values():
+            for name in variables:
+                os.environ.pop(name, None)
+        os.environ.update(environment)
+        os.write(writer, (json.dumps(_driver_calls()) + "\n").encode())
+        signal.pause()
+    finally:
+        os._exit(0)
+
+
 def driver(children: int, environment: dict[str, str]) -> str:
     """``children`` children at once, each calling :func:`_driver_calls` under ``environment``."""
     reader, writer = os.pipe()
     pids = []
-    for _ in range(children):
-        pid = os.fork()
-        if pid == 0:
-            os.close(reader)
-            os.environ.update(environment)
-            os.write(writer, (json.dumps(_driver_calls()) + "\n").encode())
-            signal.pause()
-            os._exit(0)
-        pids.append(pid)
-    os.close(writer)
-    with os.fdopen(reader) as pipe:
-        calls = [json.loads(pipe.readline()) for _ in range(children)]
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+    try:
+        for _ in range(children):
+            pid = os.fork()
+            if pid == 0:
+                os.close(reader)
+                _driver_child(writer, environment)
+            pids.append(pid)
+        os.close(writer)
+        with os.fdopen(reader) as pipe:
+            lines = [pipe.readline() for _ in range(children)]
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    calls = [json.loads(line) for line in lines if line]
+    if len(calls) < children:
+        return f"{children} children at once: {children - len(calls)} ended without an answer"
     parts = []
     for name, start, end in (
         ("cuInit", "began", "initialised"),
