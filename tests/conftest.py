@@ -1,6 +1,15 @@
 from __future__ import annotations
 
+import os
+from importlib.metadata import entry_points
+
 import pytest
+
+# pytester's sessions load the plugin through its entry point. From a checkout on PYTHONPATH
+# (the GPU machine: `PYTHONPATH=$PWD python3 -m pytest -p pytest_cudagraph_guard.plugin`), where
+# none is installed, `-p` reaches this session only: the sessions it starts load it from here.
+if not any(ep.name == "cudagraph_guard" for ep in entry_points(group="pytest11")):
+    os.environ.setdefault("PYTEST_PLUGINS", "pytest_cudagraph_guard.plugin")
 
 # pytester's in-process runs drop every module that a run imported when it ends, and torch's
 # extension modules cannot be imported twice in one process: import what the inner sessions use.
