@@ -17,7 +17,7 @@ def apply_cudagraph_settings(trees: bool) -> None:
     the leak guard's change counter only counts what tests do."""
     config = import_config(INDUCTOR_CONFIG)
     values = (True, trees)
-    if config.set_in_context(CUDAGRAPH_SWITCHES, values):  # the thread marker's, once a test
+    if config.set_in_context(CUDAGRAPH_SWITCHES, values):  # every marked test passes here
         return
     for key, value in zip(CUDAGRAPH_SWITCHES, values, strict=True):
         config.write(key, RawEntry(value, config.raw(key).default, False))
