@@ -299,8 +299,10 @@ def measure(
         output_bytes = (root_a / case.output).stat().st_size if case.output else None
     times_a, times_b = [run.wall for run in runs_a], [run.wall for run in runs_b]
     ratio = statistics.median(a / b for a, b in zip(times_a, times_b, strict=True))
-    per_test_ms = _per_test_ms(runs_a, runs_b, tests, "session")
-    per_test_ms_wall = _per_test_ms(runs_a, runs_b, tests, "wall")
+    per_test_ms = _per_test_ms(
+        [run.session for run in runs_a], [run.session for run in runs_b], tests
+    )
+    per_test_ms_wall = _per_test_ms(times_a, times_b, tests)
     per_test = f"{per_test_ms:.3f} ms per test ({per_test_ms_wall:.3f} by wall time)"
     if case.per_test_ms_target is not None:
         verdict = "ok" if per_test_ms <= case.per_test_ms_target else "OVER TARGET"
@@ -334,10 +336,10 @@ def measure(
     }
 
 
-def _per_test_ms(runs_a: list[Timing], runs_b: list[Timing], tests: int, which: str) -> float:
-    """The median over pairs of (A - B) / tests, in milliseconds, from ``which`` time."""
-    pairs = zip(runs_a, runs_b, strict=True)
-    return statistics.median(getattr(a, which) - getattr(b, which) for a, b in pairs) * 1000 / tests
+def _per_test_ms(seconds_a: list[float], seconds_b: list[float], tests: int) -> float:
+    """The median over pairs of (A - B) / tests, in milliseconds."""
+    pairs = zip(seconds_a, seconds_b, strict=True)
+    return statistics.median(a - b for a, b in pairs) * 1000 / tests
 
 
 SUBPROCESS_TEST = "@pytest.mark.cudagraph_subprocess\ndef test_{i}():\n    assert torch.ones(1)\n"
@@ -520,9 +522,7 @@ def measure_gpu(
                 times_a.append(timed(command, marked).wall)
                 times_b.append(timed(command, unmarked).wall)
             ratio = statistics.median(a / b for a, b in zip(times_a, times_b, strict=True))
-            per_test_ms = statistics.median(
-                (a - b) / tests * 1000 for a, b in zip(times_a, times_b, strict=True)
-            )
+            per_test_ms = _per_test_ms(times_a, times_b, tests)
             target = GPU_TARGETS[name]
             verdict = "ok" if ratio <= target else "OVER TARGET"
             result[name] = {
