@@ -26,16 +26,24 @@ PROCESS_CRASH: Final = "process-crash"
 TIMEOUT: Final = "timeout"
 THREAD_ERROR: Final = "thread-error"
 CROSS_THREAD_GRAPH: Final = "cross-thread-graph"
+OVERWRITTEN_OUTPUT: Final = "overwritten-output"
+POOL_LEAK: Final = "pool-leak"
+RERECORD: Final = "rerecord"
+SLOW_PATH: Final = "slow-path"
+PLUGIN_ERROR: Final = "plugin-error"  # a failure of the plugin's own code: a note, never an error
 UNCLASSIFIED: Final = "unclassified"  # how text names an error of no kind (JSON: null)
+# Entries that do not fail a test by themselves (``--cudagraph-fail-on`` may make them).
+FINDING_KINDS: Final = (CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH)
 ALL_KINDS: Final = (
     TLS_MISSING,
     CAPTURE_CONFLICT,
     TLS_CORRUPT,
-    CONFIG_DIVERGENCE,
-    CROSS_THREAD_GRAPH,
+    OVERWRITTEN_OUTPUT,
+    POOL_LEAK,
     PROCESS_CRASH,
     TIMEOUT,
     THREAD_ERROR,
+    *FINDING_KINDS,
 )
 
 FIXED_IN: Final = (2, 13)

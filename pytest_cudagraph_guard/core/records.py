@@ -73,6 +73,7 @@ class Activity(TypedDict):
     skips: list[SkipEntry]
     torch_skip_counter: int
     by_thread: dict[str, ThreadActivity]
+    earlier_compiled: int  # graphs the test ran that an earlier test compiled
 
 
 class TestRecord(TypedDict):
@@ -86,7 +87,8 @@ class TestRecord(TypedDict):
     activity: Activity
     errors: list[ErrorEntry]
     leaks: list[LeakEntry]
-    settings_at_end: dict[str, SettingEntry]  # keys the test changed after its compiles
+    settings_at_end: dict[str, SettingEntry]  # keys whose value at the end differs (JSON only)
+    settings_varied: dict[str, list[Any]]  # keys torch acted under several values, in order
     uses_plugin: bool  # a fixture or marker of the plugin
     applied_by: str | None  # the option that applied the plugin's marker, e.g. --cudagraph-threads
 
@@ -178,6 +180,7 @@ def activity_record(
     skips: list[SkipEntry],
     torch_skip_counter: int,
     by_thread: dict[str, ThreadActivity],
+    earlier_compiled: int = 0,
 ) -> Activity:
     return {
         "compiled": compiled,
@@ -187,6 +190,7 @@ def activity_record(
         "skips": skips,
         "torch_skip_counter": torch_skip_counter,
         "by_thread": by_thread,
+        "earlier_compiled": earlier_compiled,
     }
 
 
@@ -213,6 +217,7 @@ def new_test_record(
     errors: list[ErrorEntry],
     leaks: list[LeakEntry] | None = None,
     settings_at_end: dict[str, SettingEntry] | None = None,
+    settings_varied: dict[str, list[Any]] | None = None,
     uses_plugin: bool = False,
     applied_by: str | None = None,
 ) -> TestRecord:
@@ -226,6 +231,7 @@ def new_test_record(
         "errors": errors,
         "leaks": leaks or [],
         "settings_at_end": settings_at_end or {},
+        "settings_varied": settings_varied or {},
         "uses_plugin": uses_plugin,
         "applied_by": applied_by,
     }
