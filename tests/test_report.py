@@ -55,27 +55,33 @@ def test_terminal_section_shows_the_tests_that_matter(ourtester: pytest.Pytester
     result.stdout.fnmatch_lines(
         [
             "*= cudagraph report =*",
-            "test_suite.py::test_in_threads  passed  [[]thread x 2]",
-            "  settings: triton.cudagraph_trees=True (test); triton.cudagraphs=True (test)*",
             "test_suite.py::test_own_thread_fails  passed  [[]main]",
-            "  error: [[]drafter-7] torch.AcceleratorError: CUDA error: operation not permitted*",
+            "  error [[]drafter-7]: torch.AcceleratorError: CUDA error: operation not permitted*",
             "*(kind: capture-conflict)",
             "      hint: *",
             "*graph_capture_lock*",
-            "test_suite.py::test_uses_the_fixture  passed  [[]main]",
-            "  settings: triton.cudagraph_trees=False (test)",
-            "1 more test with nothing to show",
-            "4 test(s); recorded 0, replays 0, skips 0; errors: capture-conflict 1",
+            "3 more tests with nothing to show",
+            "*- summary -*",
+            "4 tests: 4 passed",
+            "torch: 0 tests compiled, 0 recorded, 0 replayed",
+            "errors: capture-conflict 1",
         ]
     )
-    result.stdout.no_fnmatch_line("test_suite.py::test_plain*")
-    result.stdout.no_fnmatch_line("*activity:*")  # nothing compiled: nothing to say
+    for quiet in ("test_plain", "test_in_threads", "test_uses_the_fixture"):
+        result.stdout.no_fnmatch_line(f"test_suite.py::{quiet}*")
+    result.stdout.no_fnmatch_line("*activity:*")  # term: the activity is in the summary
     every = ourtester.runpytest("--cudagraph-report=term-all")
     every.stdout.fnmatch_lines(
         [
+            "test_suite.py::test_in_threads  passed  [[]thread x 2]",
+            "  settings: triton.cudagraph_trees=True (test); triton.cudagraphs=True (test)*",
+            "  activity: compiled 0, cudagraphed graphs 0, recorded 0, replays 0, skips 0",
+            "test_suite.py::test_own_thread_fails  passed  [[]main]",
             "test_suite.py::test_plain  passed  [[]main]",
             "  settings: triton.cudagraph_trees=True (default); triton.cudagraphs=False (default)*",
             "  activity: compiled 0, cudagraphed graphs 0, recorded 0, replays 0, skips 0",
+            "test_suite.py::test_uses_the_fixture  passed  [[]main]",
+            "  settings: triton.cudagraph_trees=False (test)*",
         ]
     )
 
@@ -112,8 +118,13 @@ def test_json_and_markdown_files(ourtester: pytest.Pytester) -> None:
     assert "in drafter" in error["traceback"]
     assert document["summary"]["errors_by_kind"] == {"capture-conflict": 1}
     markdown = (ourtester.path / "out" / "report.md").read_text()
-    assert "| `test_suite.py::test_in_threads` | passed | thread x 2 | True (test) |" in markdown
-    assert "[drafter-7] **capture-conflict**" in markdown
+    assert (
+        "| `test_suite.py::test_own_thread_fails` | passed | main | False (default) | "
+        "capture-conflict |" in markdown
+    )
+    assert "**capture-conflict** [drafter-7]: `torch.AcceleratorError: CUDA error:" in markdown
+    assert "test_in_threads" not in markdown  # nothing to show: counted
+    assert "3 more tests with nothing to show" in markdown
     assert list((ourtester.path / "out").iterdir()) == [
         ourtester.path / "out" / name for name in sorted(["report.json", "report.md"])
     ] or sorted(p.name for p in (ourtester.path / "out").iterdir()) == ["report.json", "report.md"]
@@ -180,7 +191,7 @@ def test_the_same_records_under_xdist(ourtester: pytest.Pytester) -> None:
         "-p", "no:cacheprovider", "-n", "2", "--cudagraph-report", "--cudagraph-report=json:b.json"
     )
     spread.assert_outcomes(passed=4)
-    spread.stdout.fnmatch_lines(["*= cudagraph report =*", "4 test(s); *"])
+    spread.stdout.fnmatch_lines(["*= cudagraph report =*", "4 tests: 4 passed"])
     first, second = load(ourtester.path / "a.json"), load(ourtester.path / "b.json")
     assert first["tests"] == second["tests"]
     assert first["summary"] == second["summary"]
@@ -281,7 +292,9 @@ def test_compiles_skips_and_config_divergence(ourtester: pytest.Pytester) -> Non
         ]
         assert "triton.cudagraphs=False" in drafter["errors"][0]["message"]
         assert "contextvars.copy_context().run" in drafter["errors"][0]["hint"]
-    result.stdout.fnmatch_lines(["*skip: [[]MainThread] skipping cudagraphs due to*"])
+    result.stdout.fnmatch_lines(
+        ["  skip [[]MainThread]: skipping cudagraphs: the graph runs on CPU*"]
+    )
 
 
 def test_settings_option_prints_and_runs_no_test(

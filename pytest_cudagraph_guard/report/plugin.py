@@ -27,6 +27,7 @@ from .activity import TestActivity
 from .compiled_settings import compiled_settings
 from .fail_on import failure_text, findings
 from .formats import ReportFormat
+from .junit import add_junit_properties
 from .thread_watch import ThreadExceptionWatch
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
@@ -125,6 +126,12 @@ class ReportPlugin:
         elif failures:
             _fail_teardown(report, failure_text(item.nodeid, failures))
         return report
+
+    @pytest.hookimpl(tryfirst=True)  # before pytest's junitxml reads the properties
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """The record's kinds and hints as JUnit properties, where the record is final: here,
+        or in the process that gathers the reports of xdist workers and test processes."""
+        add_junit_properties(report)
 
     def _fail_on(self, item: pytest.Item, record: TestRecord) -> list[str]:
         """The record's entries that ``--cudagraph-fail-on`` fails the test for; the record's

@@ -1,87 +1,133 @@
-"""The report as text: a terminal section per record, Markdown and JSON for the whole report."""
+"""The report as text: a test's block in the terminal (``term``: a few lines for a test worth a
+look; ``term-all``: all that is known), and the JSON file."""
 
 from __future__ import annotations
 
 import json
 import textwrap
 from collections import Counter
-from typing import Final
+from typing import Any, Final
 
 from .. import _torch
-from ..core.diagnosis import UNCLASSIFIED
-from ..core.records import (
-    Activity,
-    LeakEntry,
-    ReportDocument,
-    ReportSummary,
-    SettingEntry,
-    TestRecord,
+from ..core.records import Activity, ReportDocument, TestRecord
+from .entries import (
+    Group,
+    cut,
+    error_entries,
+    first_line,
+    grouped,
+    leak_entries,
+    record_entries,
+    skip_entries,
 )
 
 WIDTH: Final = 100
+BLOCK_LINES: Final = 5  # a test's block in ``term``: its head line and four more at most
+# (lines per entry, per hint) from the roomiest to the tightest, until a block fits
+FITS: Final = ((2, 2), (2, 1), (1, 1), (2, 0), (1, 0))
+HINT_LABEL: Final = "      hint: "
+ENTRY_INDENT: Final = 4  # an entry's next line in ``term``
+KEEP_SPACE: Final = "\x00"  # a space where a line must not break
+FAILED: Final = frozenset({"failed", "error"})
+WITH_KIND: Final = frozenset({"error", "finding", "note"})
 
 
 def worth_a_look(record: TestRecord) -> bool:
-    """A test that used the plugin, compiled, met an error or leaked: ``term`` shows it."""
+    """A test with an error, finding, note, leak or CUDA-graph skip (or a failure): ``term``
+    and ``md`` show it in detail."""
     return bool(
-        record.get("uses_plugin")
-        or record["where"] != "main"
-        or record["errors"]
+        record["errors"]
         or record.get("leaks")
-        or _had_activity(record["activity"])
+        or record["activity"]["skips"]
+        or record["outcome"] in FAILED
     )
 
 
-def _had_activity(activity: Activity) -> bool:
-    return bool(
-        activity["compiled"]
-        or activity["cudagraphed_graphs"]
-        or activity["recorded"]
-        or activity["replays"]
-        or activity["skips"]
-    )
+def head_line(record: TestRecord) -> str:
+    return f"{record['nodeid']}  {record['outcome']}  [{record['where']}]"
 
 
-def kind_name(kind: str | None) -> str:
-    return UNCLASSIFIED if kind is None else kind
+def brief_lines(record: TestRecord) -> list[str]:
+    """A test's block in ``term``: where it ran, a setting torch acted under two values, and its
+    entries (identical ones of several threads grouped) with their hints, in a few lines: the
+    longer texts are cut to fit, hints first."""
+    varied = _settings_text(record, only_varied=True)
+    body = [cut(f"  settings: {varied}", WIDTH)] if varied else []
+    room = BLOCK_LINES - 1 - len(body)
+    groups = grouped(record_entries(record))
+    for entry_lines, hint_lines in FITS:
+        lines = _group_lines(groups, entry_lines, hint_lines)
+        if len(lines) <= room:
+            return [head_line(record), *body, *lines]
+    shown = max(room - 1, 0)
+    more = f"  … {len(groups) - shown} more entries (--cudagraph-report=term-all shows them)"
+    return [head_line(record), *body, *_group_lines(groups[:shown], 1, 0), more]
 
 
-def terminal_lines(record: TestRecord, everything: bool = False) -> list[str]:
-    """One test's block: what informs (``everything``: all that is known)."""
-    lines = [f"{record['nodeid']}  {record['outcome']}  [{record['where']}]"]
-    settings = _settings_text(record["settings"], record.get("settings_at_end", {}), everything)
-    if settings:
-        lines += _wrapped("settings: ", settings)
-    if record["env"]:
-        lines += _wrapped("env: ", "; ".join(f"{k}={v}" for k, v in record["env"].items()))
-    activity = record["activity"]
-    if everything or _had_activity(activity):
-        lines += _activity_lines(activity)
-    for error in record["errors"]:
-        message = error["message"] or "(no message)"
-        kind = kind_name(error["kind"])
-        lines += _wrapped(
-            "error: ", f"[{error['thread']}] {error['type']}: {message}  (kind: {kind})"
-        )
-        if error.get("hint"):
-            lines += _wrapped("hint: ", str(error["hint"]), indent=6)
-    for leak in record.get("leaks", []):
-        lines += _wrapped("leak: ", f"{_leak_key(leak)}: {leak['before']!r} -> {leak['after']!r}")
+def _group_lines(groups: list[Group], entry_lines: int, hint_lines: int) -> list[str]:
+    lines: list[str] = []
+    hints: set[str] = set()
+    for group in groups:
+        lines += _entry_lines(group, entry_lines)
+        if hint_lines and group.hint and group.hint not in hints:
+            hints.add(group.hint)
+            lines += _at_most(_wrapped(HINT_LABEL, group.hint), hint_lines)
     return lines
 
 
-def _leak_key(leak: LeakEntry) -> str:
-    alias_of = leak.get("alias_of")
-    return f"{leak['key']} (alias of {alias_of.rsplit('.', 1)[-1]})" if alias_of else leak["key"]
+def _entry_lines(group: Group, most: int) -> list[str]:
+    """The entry in ``most`` lines: its text cut where needed, its kind kept."""
+    start = f"  {group.head()}: "
+    end = _kind_suffix(group)
+    lines = _kind_wrapped(start, group.text + end, ENTRY_INDENT)
+    budget = most * WIDTH - len(start) - len(end)
+    while len(lines) > most and budget > 0:
+        budget -= 8  # words wrap early: a few characters less until it fits
+        lines = _kind_wrapped(start, cut(group.text, budget) + end, ENTRY_INDENT)
+    return lines
+
+
+def _kind_suffix(group: Group) -> str:
+    """``  (kind: K)``, one word to the wrapping: it never breaks over two lines."""
+    return f"  (kind:{KEEP_SPACE}{group.kind})" if group.label in WITH_KIND else ""
+
+
+def _kind_wrapped(label: str, text: str, indent: int | None = None) -> list[str]:
+    return [line.replace(KEEP_SPACE, " ") for line in _wrapped(label, text, indent)]
+
+
+def _at_most(lines: list[str], most: int) -> list[str]:
+    if len(lines) <= most:
+        return lines
+    return [*lines[: most - 1], cut(lines[most - 1] + " …", WIDTH)]
+
+
+def full_lines(record: TestRecord) -> list[str]:
+    """A test's block in ``term-all``: everything known, torch's messages to their first line."""
+    lines = [head_line(record)]
+    settings = _settings_text(record, everything=True)
+    if settings:
+        lines += _wrapped("  settings: ", settings)
+    if record["env"]:
+        lines += _wrapped("  env: ", "; ".join(f"{k}={v}" for k, v in record["env"].items()))
+    lines += _activity_lines(record["activity"])
+    entries = [*error_entries(record["errors"]), *leak_entries(record.get("leaks", []))]
+    for group in grouped(entries):  # the skips are under the activity
+        lines += _kind_wrapped(f"  {group.head()}: ", group.text + _kind_suffix(group))
+        if group.hint:
+            lines += _wrapped(HINT_LABEL, group.hint)
+    return lines
 
 
 def _activity_lines(activity: Activity) -> list[str]:
     backends = Counter(c.get("backend", "inductor") for c in activity["compiled"])
     named = f" ({', '.join(f'{b} {n}' for b, n in sorted(backends.items()))})" if backends else ""
+    earlier = activity.get("earlier_compiled", 0)
     lines = [
         f"  activity: compiled {len(activity['compiled'])}{named}, cudagraphed graphs "
         f"{activity['cudagraphed_graphs']}, recorded {activity['recorded']}, replays "
         f"{activity['replays']}, skips {len(activity['skips'])}"
+        + (f", ran {earlier} graphs that an earlier test compiled" if earlier else "")
     ]
     if len(activity["by_thread"]) > 1:
         for thread, counts in activity["by_thread"].items():
@@ -89,50 +135,58 @@ def _activity_lines(activity: Activity) -> list[str]:
                 f"    {thread}: "
                 + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())
             )
-    for skip in activity["skips"]:
-        lines += _wrapped("skip: ", f"[{skip['thread']}] {skip['reason']}", indent=4)
+    for group in grouped(skip_entries(activity["skips"])):
+        lines += _wrapped(f"    {group.head()}: ", group.text)
     return lines
 
 
 def _settings_text(
-    settings: dict[str, SettingEntry], at_end: dict[str, SettingEntry], everything: bool
+    record: TestRecord, *, everything: bool = False, only_varied: bool = False
 ) -> str:
-    """The settings not at their default (``everything``: the CUDA-graph switches too, and a
-    count of the rest); a key the test changed after compiling shows both values."""
+    """One value per key, the one torch acted under; a second only where torch acted under
+    another one too (``triton.cudagraphs=True (test), also False``). Shown: the keys not at
+    their default (``only_varied``: the keys torch acted under two values; ``everything``: the
+    CUDA-graph switches too, and a count of the rest)."""
+    varied = record.get("settings_varied") or {}
     shown = []
-    for key, entry in settings.items():
-        if key in at_end:
-            end = at_end[key]
+    for key, entry in record["settings"].items():
+        if only_varied:
+            wanted = key in varied
+        else:
+            switch = everything and key in _torch.CUDAGRAPH_SWITCHES
+            wanted = entry["source"] != "default" or key in varied or switch
+        if wanted:
             shown.append(
-                f"{key}={entry['value']!r} at compile ({entry['source']}), "
-                f"{end['value']!r} at the end ({end['source']})"
+                f"{key}={entry['value']!r} ({entry['source']})"
+                + _also(entry["value"], varied.get(key, []))
             )
-        elif entry["source"] != "default" or (everything and key in _torch.CUDAGRAPH_SWITCHES):
-            shown.append(f"{key}={entry['value']!r} ({entry['source']})")
-    if everything:
-        at_default = len(settings) - len(shown)
-        if at_default > 0:
-            shown.append(f"{at_default} more at their defaults")
+    if everything and len(record["settings"]) > len(shown):
+        shown.append(f"{len(record['settings']) - len(shown)} more at their defaults")
     return "; ".join(shown)
 
 
-def summary_line(summary: ReportSummary) -> str:
-    kinds = ", ".join(f"{k} {n}" for k, n in sorted(summary["errors_by_kind"].items()))
-    return (
-        f"{summary['tests']} test(s); recorded {summary['recorded']}, replays "
-        f"{summary['replays']}, skips {summary['skips']}; errors: {kinds or 'none'}"
-    )
+def _also(value: Any, seen: list[Any]) -> str:
+    others: list[str] = []
+    for other in seen:
+        if other != value and repr(other) not in others:
+            others.append(repr(other))
+    return f", also {', '.join(others)}" if others else ""
 
 
-def _wrapped(label: str, text: str, indent: int = 2) -> list[str]:
-    first = " " * indent + label
+def _wrapped(label: str, text: str, indent: int | None = None) -> list[str]:
+    """``text``'s first line after ``label``, wrapped to the report's width; the next lines
+    under the text, or ``indent`` spaces in."""
     return textwrap.wrap(
-        text.splitlines()[0] if text else "",
+        first_line(text),
         width=WIDTH,
-        initial_indent=first,
-        subsequent_indent=" " * (indent + len(label)),
+        initial_indent=label,
+        subsequent_indent=" " * (len(label) if indent is None else indent),
         break_on_hyphens=False,
-    ) or [first]
+    ) or [label.rstrip()]
+
+
+def nothing_to_show_line(count: int) -> str:
+    return f"{count} more test{'s' if count != 1 else ''} with nothing to show"
 
 
 def json_text(document: ReportDocument) -> str:
@@ -149,75 +203,3 @@ def _json_member(key: str, value: object) -> str:
         return json.dumps(value)
     records = ",\n".join(f"    {json.dumps(record)}" for record in value)
     return f"[\n{records}\n  ]"
-
-
-def markdown_text(document: ReportDocument) -> str:
-    lines = _markdown_head(document)
-    quiet = 0
-    for record in document["tests"]:
-        if not worth_a_look(record):
-            quiet += 1
-            continue
-        cudagraphs = record["settings"].get("triton.cudagraphs")
-        value, source = (cudagraphs["value"], cudagraphs["source"]) if cudagraphs else (None, None)
-        activity = record["activity"]
-        kinds = ", ".join(sorted({kind_name(e["kind"]) for e in record["errors"]}))
-        lines.append(
-            f"| `{_cell(record['nodeid'])}` | {record['outcome']} | {record['where']} | "
-            f"{_cell(value)} ({_cell(source)}) | "
-            f"{activity['recorded']} | {activity['replays']} | {len(activity['skips'])} | "
-            f"{_cell(kinds or None)} |"
-        )
-    if quiet:
-        lines += ["", nothing_to_show_line(quiet)]
-    errors = [(r["nodeid"], e) for r in document["tests"] for e in r["errors"]]
-    if errors:
-        lines += ["", "## Errors", ""]
-        for nodeid, error in errors:
-            lines.append(
-                f"- `{_cell(nodeid)}` [{error['thread']}] **{kind_name(error['kind'])}**: "
-                f"`{_cell(error['type'])}: {_cell(error['message'] or '(no message)')}`"
-            )
-            if error.get("hint"):
-                lines.append(f"  - {_cell(error['hint'])}")
-    leaks = [(r["nodeid"], leak) for r in document["tests"] for leak in r.get("leaks", [])]
-    if leaks:
-        lines += ["", "## Leaks", ""]
-        for nodeid, leak in leaks:
-            lines.append(
-                f"- `{_cell(nodeid)}` `{_cell(_leak_key(leak))}`: "
-                f"`{_cell(repr(leak['before']))}` -> `{_cell(repr(leak['after']))}`"
-            )
-    return "\n".join(lines) + "\n"
-
-
-def nothing_to_show_line(count: int) -> str:
-    return f"{count} more test{'s' if count != 1 else ''} with nothing to show"
-
-
-def _markdown_head(document: ReportDocument) -> list[str]:
-    env = document["environment"]
-    summary = document["summary"]
-    versions = (env["python"], env["torch"], env["triton"], env["cuda"], env["driver"])
-    return [
-        "# cudagraph report",
-        "",
-        "| python | torch | triton | CUDA | driver | GPUs |",
-        "| --- | --- | --- | --- | --- | --- |",
-        "| "
-        + " | ".join(_cell(v) for v in versions)
-        + f" | {_cell(', '.join(env['gpus']) or None)} |",
-        "",
-        f"{summary['tests']} test(s): "
-        + ", ".join(f"{k} {v}" for k, v in sorted(summary["outcomes"].items()))
-        + f". Recorded {summary['recorded']}, replays {summary['replays']}, "
-        f"skips {summary['skips']}.",
-        "",
-        "| test | outcome | where | cudagraphs | recorded | replays | skips | errors |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-
-
-def _cell(value: object) -> str:
-    text = "-" if value is None else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")

@@ -25,17 +25,13 @@ from ..core.records import (
     report_summary,
 )
 from .formats import ReportFormat
-from .render import (
-    json_text,
-    markdown_text,
-    nothing_to_show_line,
-    summary_line,
-    terminal_lines,
-    worth_a_look,
-)
+from .markdown import markdown_text
+from .render import brief_lines, full_lines, json_text, nothing_to_show_line, worth_a_look
+from .summary import summary_lines
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
 TERMINAL_KINDS: Final = ("term", "term-all")
+NOTHING_TO_SHOW: Final = "no test had an error, a finding, a leak or a CUDA-graph skip"
 
 
 class ReportWriter:
@@ -47,7 +43,7 @@ class ReportWriter:
         self.formats = formats
         self.options = options or {}
         self.records: dict[str, TestRecord] = {}
-        self.write_errors: list[str] = []
+        self.file_lines: list[tuple[str, bool]] = []  # what became of each file; True: an error
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
@@ -60,25 +56,26 @@ class ReportWriter:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if any(f.kind in TERMINAL_KINDS for f in self.formats):
             self._terminal_section(terminalreporter)
-        for error in self.write_errors:
-            terminalreporter.write_line(error, red=True)
+        for line, failed in self.file_lines:
+            terminalreporter.write_line(line, red=failed)
 
     def _terminal_section(self, terminalreporter: pytest.TerminalReporter) -> None:
         everything = any(f.kind == "term-all" for f in self.formats)
         terminalreporter.write_sep("=", "cudagraph report")
         for line in self.applied_lines():
             terminalreporter.write_line(line)
-        shown = [n for n in sorted(self.records) if everything or worth_a_look(self.records[n])]
+        records = [self.records[n] for n in sorted(self.records)]
+        shown = [r for r in records if everything or worth_a_look(r)]
         if not shown:
-            terminalreporter.write_line(
-                "no test used the plugin, compiled, leaked or met a thread or TLS error"
-            )
-        for nodeid in shown:
-            for line in terminal_lines(self.records[nodeid], everything):
+            terminalreporter.write_line(NOTHING_TO_SHOW)
+        for record in shown:
+            for line in full_lines(record) if everything else brief_lines(record):
                 terminalreporter.write_line(line)
-        if len(shown) < len(self.records):
-            terminalreporter.write_line(nothing_to_show_line(len(self.records) - len(shown)))
-        terminalreporter.write_line(summary_line(self.summary()))
+        if shown and len(shown) < len(records):
+            terminalreporter.write_line(nothing_to_show_line(len(records) - len(shown)))
+        terminalreporter.write_sep("-", "summary")
+        for line in summary_lines(records):
+            terminalreporter.write_line(line)
 
     def applied_lines(self) -> list[str]:
         """What the suite options applied, e.g. ``cudagraph_subprocess applied to 517 tests by
@@ -101,8 +98,12 @@ class ReportWriter:
                 write_atomically(fmt.path, text)
             except OSError as error:
                 reason = error.strerror or type(error).__name__
-                self.write_errors.append(
-                    f"cudagraph report: could not write {fmt.kind}:{fmt.path} ({reason})"
+                self.file_lines.append(
+                    (f"cudagraph report: could not write {fmt.kind}:{fmt.path} ({reason})", True)
+                )
+            else:
+                self.file_lines.append(
+                    (f"cudagraph report: {fmt.kind} written to {fmt.path}", False)
                 )
 
     def summary(self) -> ReportSummary:
