@@ -5,7 +5,9 @@ Forks children of this process, which imports torch and never initialises CUDA (
     python benchmarks/cuda_process_cost.py            # needs CUDA
 
 1. ``waves``: each child creates its CUDA context, runs a small matmul and a captured graph, and
-   exits; N children at once, wall time per child.
+   exits; N children at once, wall time per child. The least of them at 8 and 16 at once is the
+   floor under a CUDA test in a fresh process (:func:`per_child_floor`, which ``bench.py --gpu``
+   measures in its own run).
 2. ``contexts``: N children create their contexts and stay up; then all are killed.
 3. ``steps``: the bench's small CUDA test, step by step, twice in one fresh process whose context
    is already created: the first time pays for loading each kernel.
@@ -25,10 +27,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 CONCURRENCY = (1, 4, 8, 16)
+# Where the driver, creating contexts one at a time, sets the pace: the floor per child.
+FLOOR_CONCURRENCY = (8, 16)
 # Environments that might make a context cheaper to create: fewer hardware queues per context.
 DRIVER_ENVIRONMENTS: dict[str, dict[str, str]] = {
     "default": {},
@@ -41,9 +46,11 @@ def _in_child(work: Callable[[], dict[str, float]]) -> dict[str, float]:
     reader, writer = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(reader)
-        os.write(writer, json.dumps(work()).encode())
-        os._exit(0)
+        try:  # whatever happens, the child never returns into the parent's code
+            os.close(reader)
+            os.write(writer, json.dumps(work()).encode())
+        finally:
+            os._exit(0)
     os.close(writer)
     with os.fdopen(reader) as pipe:
         data = pipe.read()
@@ -79,7 +86,22 @@ def _life() -> dict[str, float]:
     return {"context": made - start, "work": time.perf_counter() - made}
 
 
-def waves(concurrency: int, children: int) -> str:
+class Wave(NamedTuple):
+    concurrency: int
+    children: int
+    per_child: float  # seconds of the wave's wall time per child
+    context: float  # a child's median seconds to create its context
+    work: float  # then its median seconds for the matmul and the graph
+
+    def __str__(self) -> str:
+        return (
+            f"waves {self.concurrency:2} at once, {self.children} children: "
+            f"{self.per_child * 1e3:.0f} ms per child; median context {self.context * 1e3:.0f} "
+            f"ms, then matmul and graph {self.work * 1e3:.0f} ms"
+        )
+
+
+def waves(concurrency: int, children: int) -> Wave:
     """``children`` children, ``concurrency`` at a time, each living :func:`_life`."""
     reader, writer = os.pipe()
     start = time.perf_counter()
@@ -89,9 +111,11 @@ def waves(concurrency: int, children: int) -> str:
             running.discard(os.wait()[0])
         pid = os.fork()
         if pid == 0:
-            os.close(reader)
-            os.write(writer, (json.dumps(_life()) + "\n").encode())
-            os._exit(0)
+            try:  # whatever happens, the child never returns into the parent's code
+                os.close(reader)
+                os.write(writer, (json.dumps(_life()) + "\n").encode())
+            finally:
+                os._exit(0)
         running.add(pid)
     for pid in running:
         os.waitpid(pid, 0)
@@ -99,12 +123,24 @@ def waves(concurrency: int, children: int) -> str:
     os.close(writer)
     with os.fdopen(reader) as pipe:
         lives = [json.loads(line) for line in pipe]
-    context = statistics.median(life["context"] for life in lives)
-    work = statistics.median(life["work"] for life in lives)
-    return (
-        f"waves {concurrency:2} at once, {children} children: {wall / children * 1e3:.0f} ms per "
-        f"child; median context {context * 1e3:.0f} ms, then matmul and graph {work * 1e3:.0f} ms"
+    return Wave(
+        concurrency,
+        children,
+        per_child=wall / children,
+        context=statistics.median(life["context"] for life in lives),
+        work=statistics.median(life["work"] for life in lives),
     )
+
+
+def per_child_floor() -> float:
+    """Seconds per fresh CUDA process at the driver's pace: the least per child of waves of 8
+    and 16 at once. This process must not have initialised CUDA."""
+    return min(waves(concurrency, 2 * concurrency).per_child for concurrency in FLOOR_CONCURRENCY)
+
+
+def cuda_available() -> bool:
+    """Asked in a child: this process must never touch CUDA, or its children could not use it."""
+    return bool(_in_child(lambda: {"available": float(torch.cuda.is_available())})["available"])
 
 
 def contexts(children: int) -> str:
@@ -254,8 +290,7 @@ def driver(children: int, environment: dict[str, str]) -> str:
 
 
 def main() -> int:
-    # Asked in a child: this process must never touch CUDA, or its children could not use it.
-    if not _in_child(lambda: {"available": float(torch.cuda.is_available())})["available"]:
+    if not cuda_available():
         print("CUDA is not available")
         return 0
     for concurrency in CONCURRENCY:

@@ -7,6 +7,7 @@ through the marker, a bare thread and plain; a block's time runs from its first 
 the next block's start (so it holds what a test costs the test after it too). The cost of a kind
 is the median of its blocks minus the median of the plain blocks, so drift cancels within
 milliseconds. The conftest is ``bench.py``'s realistic one: dynamo imported, reset per test.
+``bench.py --case thread-rounds`` measures the same kinds as whole suites in turn.
 
     python benchmarks/interleaved.py                   # 3 sessions of 600 blocks
     python benchmarks/interleaved.py --blocks 900 --sessions 5
@@ -25,11 +26,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench import BARE_THREAD_HOOK, DYNAMO_CONFTEST
+from bench_suites import BARE_THREAD_CONFTEST, THREAD_KINDS
 
 TIMING_CONFTEST = (
-    DYNAMO_CONFTEST
-    + BARE_THREAD_HOOK
+    BARE_THREAD_CONFTEST
     + """
 
 import json
@@ -37,14 +37,6 @@ import os
 import time
 
 STARTS = []
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "bare: the body in a bare new thread, started and joined")
-
-
-def runs_in_a_bare_thread(item):
-    return item.get_closest_marker("bare") is not None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -61,7 +53,7 @@ def pytest_sessionfinish(session):
 
 # kind -> decorator. With --option, "marker" tests are unmarked (the option marks them) and the
 # others opt out with cudagraph_main_thread.
-KINDS = {"marker": "@pytest.mark.cudagraph_thread\n", "bare": "@pytest.mark.bare\n", "plain": ""}
+KINDS = THREAD_KINDS
 OPTION_KINDS = {
     "marker": "",
     "bare": "@pytest.mark.cudagraph_main_thread\n@pytest.mark.bare\n",

@@ -74,7 +74,7 @@ class Spares:
         marked too, up to the number wanted."""
         if not (self.enabled and request["set_up_next"]):
             return
-        wanted = spares_wanted(request["spares"], self.cuda)
+        wanted = spares_wanted(request["spares"], self.cuda, request["env"])
         init_cuda = request["cuda_ahead"] and self.cuda is not None
         while len(self.waiting) < wanted and fork_hazard() is None:
             try:

@@ -1,0 +1,197 @@
+"""``bench.py --gpu``: small CUDA tests, every one in a fresh process (``cudagraph_subprocess``)
+against none, beside the floor under them.
+
+Each test allocates, captures a small graph with ``torch.cuda.graph``, replays it and checks the
+result. What bounds the marked suite is the CUDA driver: a fresh process pays for its context,
+which the driver creates one at a time for the whole machine, and for loading each kernel it
+uses the first time. ``cuda_process_cost.per_child_floor()``, measured in each round of the same
+run, is what a fresh CUDA process costs at the driver's pace.
+
+- ``serial``: the marked suite's extra cost per test, (marked - unmarked) / tests, over the
+  floor per child; goal <= 1.15.
+- ``n4``: marked / unmarked under ``-n 4``, the driver's default (a reference).
+- ``n4-one-queue``: the same with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` set in the test processes
+  only (ini ``cudagraph_process_env``; where the plugin has no such key, in the marked run's
+  whole environment), against the unmarked suite in-process; goal <= 1.5.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench_suites import (
+    PLAIN,
+    alternate,
+    env_with_bytecode,
+    goal,
+    median_ratio,
+    per_test_ms,
+    timed,
+)
+
+GPU_MODULE = """import pytest
+import torch
+
+{mark}
+
+def replay_small_graph(size=64):
+    x = torch.randn(size, size, device="cuda")
+    static_in = torch.zeros(size, size, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm up, as capture wants
+            static_out = static_in @ static_in + 1
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = static_in @ static_in + 1
+    static_in.copy_(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    return static_out, x
+
+"""
+GPU_TEST = """def test_{i}():
+    out, x = replay_small_graph()
+    assert torch.allclose(out, x @ x + 1, atol=1e-2)
+
+"""
+GPU_TESTS = 200
+PROCESS_ENV_KEY = "cudagraph_process_env"
+ONE_QUEUE_NAME, ONE_QUEUE_VALUE = "CUDA_DEVICE_MAX_CONNECTIONS", "1"
+
+
+@dataclass(frozen=True)
+class GpuRun:
+    args: list[str] = field(default_factory=list)
+    one_queue: bool = False  # CUDA_DEVICE_MAX_CONNECTIONS=1 in the marked suite's processes
+    ratio_target: float | None = None  # on marked / unmarked
+    floor_target: float | None = None  # on the extra cost per test over the floor per child
+
+
+GPU_RUNS = {
+    "serial": GpuRun(floor_target=1.15),
+    "n4": GpuRun(args=["-n", "4"]),
+    "n4-one-queue": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5),
+}
+
+
+def write_gpu_module(root: Path, tests: int, marked: bool) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    mark = "pytestmark = pytest.mark.cudagraph_subprocess" if marked else ""
+    body = GPU_MODULE.format(mark=mark) + "".join(GPU_TEST.format(i=i) for i in range(tests))
+    (root / "test_gpu_bench.py").write_text(body)
+
+
+def plugin_has_ini_key(root: Path, key: str) -> bool:
+    """Whether the plugin that pytest loads in ``root`` declares the ini key ``key``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help"],
+        cwd=root,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env_with_bytecode(),
+    )
+    return f"  {key} " in done.stdout
+
+
+def one_queue_for_the_test_processes(root: Path) -> tuple[list[str], dict[str, str], str]:
+    """The marked run's extra arguments and variables that give its test processes one hardware
+    queue per context, and how."""
+    if plugin_has_ini_key(root, PROCESS_ENV_KEY):
+        setting = f"{PROCESS_ENV_KEY}={ONE_QUEUE_NAME}={ONE_QUEUE_VALUE}"
+        return ["-o", setting], {}, f"ini {PROCESS_ENV_KEY}"
+    variables = {ONE_QUEUE_NAME: ONE_QUEUE_VALUE}
+    return [], variables, f"the marked run's environment (no ini {PROCESS_ENV_KEY})"
+
+
+def measure_gpu(
+    pairs: int, log: Callable[[str], None], tests: int = GPU_TESTS, runs: list[str] | None = None
+) -> dict[str, object]:
+    """Every test marked against none marked, in the runs named (all of ``GPU_RUNS`` by
+    default); skipped without CUDA."""
+    import cuda_process_cost  # imports torch; this process never initialises CUDA
+
+    if not cuda_process_cost.cuda_available():
+        log("gpu: skipped, CUDA is not available")
+        return {"case": "gpu", "skipped": "CUDA is not available"}
+    result: dict[str, object] = {"case": "gpu", "tests": tests, "pairs": pairs}
+    with tempfile.TemporaryDirectory(prefix="cgg-bench-gpu-") as tmp:
+        marked, unmarked = Path(tmp) / "marked", Path(tmp) / "unmarked"
+        write_gpu_module(marked, tests, marked=True)
+        write_gpu_module(unmarked, tests, marked=False)
+        for name in runs or list(GPU_RUNS):
+            run = GPU_RUNS[name]
+            result[name] = _measure_run(
+                name, run, marked=marked, unmarked=unmarked, pairs=pairs, tests=tests, log=log
+            )
+    return result
+
+
+def _measure_run(
+    name: str,
+    run: GpuRun,
+    *,
+    marked: Path,
+    unmarked: Path,
+    pairs: int,
+    tests: int,
+    log: Callable[[str], None],
+) -> dict[str, object]:
+    import cuda_process_cost
+
+    extra_args, variables, how = [], {}, ""
+    if run.one_queue:
+        extra_args, variables, how = one_queue_for_the_test_processes(marked)
+    command = [*PLAIN, *run.args]
+    sides: list[Callable[[], float]] = [
+        lambda: timed([*command, *extra_args], marked, variables=variables).wall,
+        lambda: timed(command, unmarked).wall,
+    ]
+    if run.floor_target is not None:  # after the pytest runs, whose processes are gone
+        sides.append(cuda_process_cost.per_child_floor)
+    rounds = alternate(sides, pairs)
+    times_a, times_b = rounds[0], rounds[1]
+    ratio = median_ratio(times_a, times_b)
+    extra_ms = per_test_ms(times_a, times_b, tests)
+    found: dict[str, object] = {
+        "ratio": round(ratio, 4),
+        "per_test_ms": round(extra_ms, 2),
+        "ratio_target": run.ratio_target,
+        "seconds_marked": [round(t, 3) for t in times_a],
+        "seconds_unmarked": [round(t, 3) for t in times_b],
+    }
+    line = (
+        f"gpu {name}: marked / unmarked {ratio:.3f}{goal(ratio, run.ratio_target)}; "
+        f"{extra_ms:.1f} ms more per test; marked median {statistics.median(times_a):.2f} s, "
+        f"unmarked {statistics.median(times_b):.2f} s"
+    )
+    if how:
+        found["one_queue_by"] = how
+        line += f"; {ONE_QUEUE_NAME}={ONE_QUEUE_VALUE} through {how}"
+    if run.floor_target is not None:
+        floors = rounds[2]
+        over_floor = statistics.median(
+            (a - b) / tests / floor for a, b, floor in zip(times_a, times_b, floors, strict=True)
+        )
+        found |= {
+            "floor_ms": [round(floor * 1e3, 1) for floor in floors],
+            "over_floor": round(over_floor, 4),
+            "floor_target": run.floor_target,
+        }
+        line += (
+            f"; the floor, a fresh CUDA process at the driver's pace: "
+            f"{statistics.median(floors) * 1e3:.0f} ms; extra per test / floor {over_floor:.3f}"
+            f"{goal(over_floor, run.floor_target)}"
+        )
+    log(line)
+    return found
