@@ -163,6 +163,11 @@ def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in sorted(items) if k.startswith(ENV_PREFIXES)}
 
 
+def user_torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """:func:`torch_env` less what torch wrote there by itself (its default cache folder)."""
+    return {k: v for k, v in torch_env(environ).items() if not _torch.is_torch_env_memo(k, None, v)}
+
+
 def env_read_by_torch() -> dict[str, str | None]:
     """Each relevant variable that is set, with the module of this torch that reads it (None
     where this torch reads no such variable)."""

@@ -36,6 +36,9 @@ from .render import (
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
 TERMINAL_KINDS: Final = ("term", "term-all")
+# The reports that carry a test's record: its teardown's, or pytest-xdist's for a test whose
+# worker died (its phase unknown, xdist says "???").
+RECORD_PHASES: Final = ("teardown", "???")
 
 
 class ReportWriter:
@@ -50,7 +53,7 @@ class ReportWriter:
         self.write_errors: list[str] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "teardown":
+        if report.when not in RECORD_PHASES:
             return
         for name, value in report.user_properties:
             if name == USER_PROPERTY and isinstance(value, dict):
