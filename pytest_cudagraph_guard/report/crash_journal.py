@@ -14,7 +14,7 @@ import pytest
 from .. import _torch
 from ..core.facts import journal_path_key
 from ..core.journal import JournalWriter, journal_activity
-from ..core.settings import user_torch_env
+from ..core.settings import UserEnvReader
 
 # What a controller tells each xdist worker (``workerinput``): where its journal and its fault
 # handler's output go.
@@ -32,6 +32,7 @@ class CrashJournal:
         self._path_of = path_of
         self._writer: JournalWriter | None = None
         self._observing = False
+        self._env = UserEnvReader()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logstart(self, nodeid: str) -> None:
@@ -44,7 +45,7 @@ class CrashJournal:
         if not self._observing and _torch.torch_loaded():
             _torch.start_observing(self._on_event)
             self._observing = True
-        _torch.run_ours(_JOURNAL_LOSS, self._writer.start_test, nodeid, user_torch_env())
+        _torch.run_ours(_JOURNAL_LOSS, self._writer.start_test, nodeid, self._env.read())
 
     def _on_event(self, event: str, data: dict[str, Any]) -> None:
         writer = self._writer
