@@ -122,6 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
         report = ReportPlugin(config, formats, options.fail_on)
         report.start()
         register(report, plugin_names.REPORT)
+        _crash_records(config)
     if formats and not _is_xdist_worker(config) and not is_child(config):
         from .report.writer import ReportWriter
 
@@ -151,6 +152,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     require_cuda = any(o.require_cuda for o in (thread, process) if o is not None)
     if require_cuda and not _torch.cuda_visible():
         pytest.skip("CUDA is not available")
+
+
+def _crash_records(config: pytest.Config) -> None:
+    """What makes a test whose process dies a record: the journal where the test runs, and on
+    xdist's controller, the reading of a dead worker's."""
+    from .report.crash_journal import start_crash_journal
+
+    start_crash_journal(config)
+    if not _is_xdist_worker(config) and not is_child(config):
+        from .report.worker_crash import WorkerCrashes
+
+        config.pluginmanager.register(WorkerCrashes(config))
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:

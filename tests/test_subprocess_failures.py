@@ -75,7 +75,7 @@ def test_a_crash_reads_in_one_screen_with_its_stack_once(
     assert "cudagraph_subprocess: test process died with SIG" in text
     assert text.count(fatal) == 1
     assert text.count(f"line {line} in {test}") == 1
-    assert "frames of pytest, pluggy and this plugin: hidden, --full-trace shows them" in text
+    assert "frames of pytest and its plugins: hidden, --full-trace shows them" in text
     assert not plugin_frames(failure), text
     assert "last lines of its stderr" not in text
     assert "Extension modules" not in text

@@ -32,7 +32,7 @@ from .cudagraph_settings import (
     settings_can_wait_for_import,
 )
 from .env_sources import env_names, env_variables_read, is_torch_env_memo
-from .faults import Loss, begin_fault_session, note_internal_error, take_notices
+from .faults import Loss, begin_fault_session, note_internal_error, run_ours, take_notices
 from .import_hooks import run_after_import
 from .observe import skip_count, start_observing, stop_observing
 from .readiness import (
@@ -98,6 +98,7 @@ __all__ = [
     "release_tuple",
     "reset_compiled_state",
     "run_after_import",
+    "run_ours",
     "serializes_captures_for_threads",
     "settings_can_wait_for_import",
     "skip_count",

@@ -16,14 +16,15 @@ from typing import Final
 import pytest
 
 from .. import _torch
+from . import crash
 from .records import ErrorEntry, error_entry
 
 TLS_MISSING: Final = "tls-missing"
 CAPTURE_CONFLICT: Final = "capture-conflict"
 TLS_CORRUPT: Final = "tls-corrupt"
 CONFIG_DIVERGENCE: Final = "config-divergence"
-PROCESS_CRASH: Final = "process-crash"
-TIMEOUT: Final = "timeout"
+PROCESS_CRASH: Final = crash.PROCESS_CRASH  # worded in .crash, which stands alone
+TIMEOUT: Final = crash.TIMEOUT
 THREAD_ERROR: Final = "thread-error"
 CROSS_THREAD_GRAPH: Final = "cross-thread-graph"
 OVERWRITTEN_OUTPUT: Final = "overwritten-output"

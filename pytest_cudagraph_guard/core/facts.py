@@ -6,6 +6,7 @@ so no feature imports another.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -30,3 +31,7 @@ thread_run_key = pytest.StashKey[ThreadRunFacts]()
 leaks_key = pytest.StashKey[list[LeakEntry]]()
 # The option that applied a marker of the plugin to the test, e.g. ``--cudagraph-subprocess``.
 applied_by_key = pytest.StashKey[str]()
+# Where this test process keeps its CUDA-graph journal (core.journal), for the process that reads
+# it after a crash: set by a cudagraph_subprocess test process (a spare learns its test's folder
+# only when it gets its test, hence a callable; None: no journal now).
+journal_path_key = pytest.StashKey[Callable[[], str | None]]()

@@ -163,6 +163,29 @@ def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in sorted(items) if k.startswith(ENV_PREFIXES)}
 
 
+def user_torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """:func:`torch_env` less what torch wrote there by itself (its default cache folder)."""
+    return {k: v for k, v in torch_env(environ).items() if not _torch.is_torch_env_memo(k, None, v)}
+
+
+class UserEnvReader:
+    """:func:`user_torch_env` of this process, cheap to call per test: made again only when
+    torch's variables changed, each variable's value judged once."""
+
+    def __init__(self) -> None:
+        self._env = EnvReader()
+        self._torch_memos: dict[tuple[str, str], bool] = {}
+
+    def read(self) -> dict[str, str]:
+        return {k: v for k, v in self._env.read().items() if not self._torch_memo(k, v)}
+
+    def _torch_memo(self, name: str, value: str) -> bool:
+        known = self._torch_memos.get((name, value))
+        if known is None:
+            known = self._torch_memos[(name, value)] = _torch.is_torch_env_memo(name, None, value)
+        return known
+
+
 def env_read_by_torch() -> dict[str, str | None]:
     """Each relevant variable that is set, with the module of this torch that reads it (None
     where this torch reads no such variable)."""

@@ -20,10 +20,17 @@ import pytest
 
 from .. import _torch
 from ..core import plugin_names
+from ..core.facts import journal_path_key
 from .cuda import cuda_use, initialise_cuda
 from .plugin import child_key
 from .preloads import installed_plugin_modules, note_needed_modules
-from .protocol import CHILD_CRASH_EXIT, ChildRequest, child_sys_path, load_request
+from .protocol import (
+    CHILD_CRASH_EXIT,
+    JOURNAL_NAME,
+    ChildRequest,
+    child_sys_path,
+    load_request,
+)
 
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
@@ -136,6 +143,7 @@ class SubprocessChild:
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
         self.config = config
         config.stash[child_key] = self.request
+        config.stash[journal_path_key] = self.journal_path
         self._select_test(config)
         for name, value in NEUTRAL_OPTIONS.items():
             if hasattr(config.option, name):
@@ -143,6 +151,23 @@ class SubprocessChild:
         config.option.basetemp = self.request["basetemp"]
         for name in BLOCKED_PLUGINS:
             config.pluginmanager.set_blocked(name)
+
+    def journal_path(self) -> str | None:
+        """Where this process keeps its CUDA-graph journal, beside its test's results."""
+        return str(self.request_path.parent / JOURNAL_NAME) if self.request_path else None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        """pytest's own terminal output of this session (its header, "collected 1 item", the
+        progress) goes nowhere: the parent shows the test's reports, and the process's stdout,
+        read when it dies, keeps only what the test itself wrote."""
+        standard = config.pluginmanager.get_plugin("terminalreporter")
+        if standard is None:
+            return
+        chatter = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+        config.add_cleanup(chatter.close)
+        config.pluginmanager.unregister(standard)
+        config.pluginmanager.register(pytest.TerminalReporter(config, chatter), "terminalreporter")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:

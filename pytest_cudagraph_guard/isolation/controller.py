@@ -14,8 +14,10 @@ from typing import Any, Final
 
 import pytest
 
+from ..core.crash import ProcessEnd, crash_error, crash_text, death_summary
 from ..core.facts import applied_by_key
-from ..core.markers import SubprocessOptions
+from ..core.journal import journal_reading, read_journal
+from ..core.markers import SUBPROCESS_MARKER, SubprocessOptions
 from ..core.options import suite_options
 from ..core.records import (
     USER_PROPERTY,
@@ -25,13 +27,12 @@ from ..core.records import (
     new_test_record,
     no_activity,
 )
-from ..core.settings import cudagraph_switches, torch_env
+from ..core.settings import cudagraph_switches, user_torch_env
 from ..core.warnings import CudagraphGuardWarning
-from .deaths import death_error, death_summary, death_text
 from .expected import expected_death
 from .pool import ChildExit, SubprocessRunner
 from .preloads import installed_plugin_modules, modules_for_a_zygote
-from .protocol import RESULTS_NAME, STDERR_NAME, STDOUT_NAME, ChildRequest
+from .protocol import JOURNAL_NAME, RESULTS_NAME, STDERR_NAME, STDOUT_NAME, ChildRequest
 
 PHASES: Final = ("setup", "call", "teardown")
 
@@ -204,10 +205,16 @@ def _log_death(
     logged: list[str],
     reporting: bool,
 ) -> None:
-    summary = death_summary(outcome, options.timeout, item.nodeid, ran=bool(logged))
-    full_trace = bool(getattr(item.config.option, "fulltrace", False))
-    text = death_text(
-        outcome, messages.collect_errors, summary, ran=bool(logged), full_trace=full_trace
+    end = _process_end(item, outcome, options)
+    summary = death_summary(end, item.nodeid, ran=bool(logged))
+    text = crash_text(
+        end,
+        prefix=SUBPROCESS_MARKER,
+        summary=summary,
+        collect_errors=messages.collect_errors,
+        stdout=outcome.stream(STDOUT_NAME),
+        ran=bool(logged),
+        full_trace=bool(getattr(item.config.option, "fulltrace", False)),
     )
     phase = next(p for p in PHASES if p not in logged)
     streams = {STDOUT_NAME: outcome.stream(STDOUT_NAME), STDERR_NAME: text.stderr}
@@ -234,10 +241,26 @@ def _log_death(
         reports.append(_report(item, "teardown", "passed"))
     if reporting:
         verdict = "failed" if reason is None else "xfailed"
-        record = _death_record(item, outcome, death_error(outcome, summary, text), options, verdict)
+        where = f"subprocess {outcome.pid}"
+        error = crash_error(end, text, where)
+        record = _death_record(item, where, error, options, verdict=verdict, env=end.journal.env)
         reports[-1].user_properties.append((USER_PROPERTY, record))
     for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
+
+
+def _process_end(item: pytest.Item, outcome: ChildExit, options: SubprocessOptions) -> ProcessEnd:
+    """How the test's process ended, as :mod:`..core.crash` words it."""
+    journal = read_journal(outcome.folder / JOURNAL_NAME)
+    return ProcessEnd(
+        outcome.status,
+        stderr=outcome.stream(STDERR_NAME),
+        timed_out=outcome.timed_out,
+        timeout=options.timeout,
+        stacks_at_stop=outcome.stacks,
+        lost="test process was lost (its zygote died)",
+        journal=journal_reading(journal, item.nodeid),
+    )
 
 
 def _report(
@@ -267,12 +290,15 @@ def _report(
 
 def _death_record(
     item: pytest.Item,
-    outcome: ChildExit,
+    where: str,
     error: ErrorEntry,
     options: SubprocessOptions,
+    *,
     verdict: str,
+    env: dict[str, str] | None,
 ) -> TestRecord:
-    """The record of a test whose process died: what the parent knows of it."""
+    """The record of a test whose process died: what the parent knows of it, and the
+    environment the process saw (its journal's; else the one it was given)."""
     settings: dict[str, SettingEntry] = {
         key: {"value": value, "source": "test"}
         for key, value in cudagraph_switches(options.trees).items()
@@ -280,11 +306,12 @@ def _death_record(
     record = new_test_record(
         item.nodeid,
         outcome=verdict,
-        where=f"subprocess {outcome.pid}",
+        where=where,
         settings=settings,
-        env=torch_env({**os.environ, **dict(options.env)}),
+        env=env if env is not None else user_torch_env({**os.environ, **dict(options.env)}),
         activity=no_activity(),
         errors=[error],
+        uses_plugin=True,  # the marker, or the option that applied it
         applied_by=item.stash.get(applied_by_key, None),
     )
     item.config.hook.pytest_cudagraph_record(item=item, record=record)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from ..core.crash import last_lines, wait_status
 from .folders import SessionFolder, owner_only
 from .forking import kill_group
 from .protocol import (
@@ -36,7 +37,6 @@ ENTRY_MODULE: Final = __package__
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
 STACKS_GRACE_S: Final = 2.0
 REAP_TIMEOUT_S: Final = 30.0
-TAIL_LINES: Final = 30
 SECTION_LIMIT: Final = 1_000_000
 MAX_ZYGOTES: Final = 4
 # Variables read when an interpreter or torch starts: a child must come from a zygote that
@@ -55,18 +55,6 @@ class ChildExit:
     stacks: str = ""
     duration: float = 0.0
 
-    def death(self, timeout: float) -> str:
-        if self.timed_out:
-            return (
-                f"test process timed out after {timeout:g} s and was killed with its process group"
-            )
-        if self.status is None:
-            return "test process was lost (its zygote died)"
-        if os.WIFSIGNALED(self.status):
-            number = os.WTERMSIG(self.status)
-            return f"test process died with {signal_name(number)} (signal {number})"
-        return f"test process died with exit code {os.waitstatus_to_exitcode(self.status)}"
-
     def stream(self, name: str) -> str:
         path = self.folder / name
         try:
@@ -75,13 +63,6 @@ class ChildExit:
                 return file.read().decode(errors="replace")
         except OSError:
             return ""
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 class Zygote:
@@ -299,7 +280,7 @@ class SubprocessRunner:
         finally:
             process.wait()
             kill_group(process.pid)
-        outcome.status = _as_wait_status(process.returncode)
+        outcome.status = wait_status(process.returncode)
         outcome.duration = time.monotonic() - start
         return outcome
 
@@ -346,13 +327,3 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _as_wait_status(returncode: int) -> int:
-    if returncode < 0:
-        return -returncode  # WIFSIGNALED form: the signal number in the low bits
-    return returncode << 8
-
-
-def last_lines(text: str, lines: int = TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])

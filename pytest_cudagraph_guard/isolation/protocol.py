@@ -27,6 +27,7 @@ STDOUT_NAME: Final = "stdout"
 STDERR_NAME: Final = "stderr"
 RESULTS_NAME: Final = "results.jsonl"
 NEEDED_MODULES_NAME: Final = "needed-modules"
+JOURNAL_NAME: Final = "journal"  # the test's CUDA-graph activity (core.journal), read at a crash
 # The exit code of a test process that ended on an exception of its own, outside its test.
 CHILD_CRASH_EXIT: Final = 3
 

@@ -32,6 +32,9 @@ from .summary import summary_lines
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
 TERMINAL_KINDS: Final = ("term", "term-all")
 NOTHING_TO_SHOW: Final = "no test had an error, a finding, a leak or a CUDA-graph skip"
+# The reports that carry a test's record: its teardown's, or pytest-xdist's for a test whose
+# worker died (its phase unknown, xdist says "???").
+RECORD_PHASES: Final = ("teardown", "???")
 
 
 class ReportWriter:
@@ -46,7 +49,7 @@ class ReportWriter:
         self.file_lines: list[tuple[str, bool]] = []  # what became of each file; True: an error
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "teardown":
+        if report.when not in RECORD_PHASES:
             return
         for name, value in report.user_properties:
             if name == USER_PROPERTY and isinstance(value, dict):

@@ -1,0 +1,113 @@
+"""The crash journal, in a process whose death another process reads: a pytest-xdist worker whose
+controller asked for one, or a ``cudagraph_subprocess`` test process. A line when each test
+starts, then a line when torch's CUDA-graph activity changes (:mod:`..core.journal`)."""
+
+from __future__ import annotations
+
+import faulthandler
+import sys
+from collections.abc import Callable
+from typing import IO, Any, Final
+
+import pytest
+
+from .. import _torch
+from ..core.facts import journal_path_key
+from ..core.journal import JournalWriter, journal_activity
+from ..core.settings import UserEnvReader
+
+# What a controller tells each xdist worker (``workerinput``): where its journal and its fault
+# handler's output go.
+WORKER_JOURNAL: Final = "cudagraph_guard_journal"
+WORKER_FAULTS: Final = "cudagraph_guard_faults"
+_JOURNAL_LOSS: Final = _torch.Loss(
+    "--cudagraph-report", "the last CUDA-graph activity of a test whose process dies"
+)
+
+
+class CrashJournal:
+    """Writes this process's journal while tests run; observes torch once it is loaded."""
+
+    def __init__(self, path_of: Callable[[], str | None]) -> None:
+        self._path_of = path_of
+        self._writer: JournalWriter | None = None
+        self._observing = False
+        self._env = UserEnvReader()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        path = self._path_of()
+        if path is None:
+            return
+        if self._writer is None or self._writer.path != path:
+            self.close_file()
+            self._writer = JournalWriter(path)
+        if not self._observing and _torch.torch_loaded():
+            _torch.start_observing(self._on_event)
+            self._observing = True
+        _torch.run_ours(_JOURNAL_LOSS, self._writer.start_test, nodeid, self._env.read())
+
+    def _on_event(self, event: str, data: dict[str, Any]) -> None:
+        writer = self._writer
+        activity = journal_activity(event, data)
+        if writer is not None and activity is not None:
+            _torch.run_ours(_JOURNAL_LOSS, writer.note, activity)
+
+    def close_file(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def close(self) -> None:
+        if self._observing:
+            _torch.stop_observing(self._on_event)
+            self._observing = False
+        self.close_file()
+
+
+class WorkerFaults:
+    """An xdist worker's fault handler, pointed at the file its controller reads after a crash
+    (the worker's stderr reaches no test's failure), and given back to pytest's own fault
+    handler before pytest's ``faulthandler`` plugin ends it."""
+
+    def __init__(self, path: str) -> None:
+        self._enabled_before = faulthandler.is_enabled()
+        self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115
+        faulthandler.enable(file=self._file, all_threads=True)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        pytest_stderr = _pytest_fault_fd(config)
+        if pytest_stderr is not None:
+            faulthandler.enable(file=pytest_stderr, all_threads=True)
+        elif self._enabled_before and sys.__stderr__ is not None:
+            faulthandler.enable(file=sys.__stderr__, all_threads=True)
+        else:
+            faulthandler.disable()
+        self._file.close()
+
+
+def _pytest_fault_fd(config: pytest.Config) -> int | None:
+    """The file descriptor pytest's ``faulthandler`` plugin enabled the fault handler on (it
+    disables it, and restores the one before the session, in its own unconfigure)."""
+    try:
+        from _pytest.faulthandler import fault_handler_stderr_fd_key
+    except ImportError:
+        return None
+    return config.stash.get(fault_handler_stderr_fd_key, None)
+
+
+def start_crash_journal(config: pytest.Config) -> None:
+    """Registers the journal (and, in an xdist worker, the fault handler's file) where a
+    process will read them after a crash: a worker whose controller asked, or a test process."""
+    workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+    path_of: Callable[[], str | None] | None = config.stash.get(journal_path_key, None)
+    if WORKER_JOURNAL in workerinput:
+        journal_path = str(workerinput[WORKER_JOURNAL])
+        path_of = lambda: journal_path  # noqa: E731
+        config.pluginmanager.register(WorkerFaults(str(workerinput[WORKER_FAULTS])))
+    if path_of is None:
+        return
+    journal = CrashJournal(path_of)
+    config.pluginmanager.register(journal)
+    config.add_cleanup(journal.close)

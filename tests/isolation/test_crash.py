@@ -1,0 +1,78 @@
+"""A dead ``cudagraph_subprocess`` test process, as the user reads it: the thread it died in and
+what torch was doing there (from its journal), without the child's own pytest chatter, and its
+record as any record of a marked test. Real sessions, real crashes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+CRASH_IN_A_DRAFTER = """
+import ctypes
+import threading
+import pytest
+import torch
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+cache_dir()  # torch writes its default folder into the environment, here and in the parent
+
+@pytest.mark.cudagraph_subprocess
+def test_drafter_dies():
+    def draft():
+        step = torch.compile(lambda x: x * 2, backend="eager")
+        step(torch.ones(2))
+        ctypes.string_at(0)
+
+    drafter = threading.Thread(target=draft, name="drafter-1")
+    drafter.start()
+    drafter.join()
+"""
+
+
+def test_a_crash_names_its_thread_and_what_torch_was_doing_there(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makepyfile(CRASH_IN_A_DRAFTER)
+    result = ourtester.runpytest("--cudagraph-report=json:r.json")
+    result.assert_outcomes(failed=1)
+    output = result.stdout.str()
+    died_while = "it died while compiling a function (backend eager) in thread `drafter-1`"
+    result.stdout.fnmatch_lines(
+        [
+            "cudagraph_subprocess: test process died with SIGSEGV (signal 11)",
+            died_while,
+            "Fatal Python error: Segmentation fault",
+            "Current thread 'drafter-1' (most recent call first):",
+        ]
+    )
+    # Only the test's own output would be on the child's stdout: pytest's chatter is not.
+    for chatter in ("test session starts", "collected 1 item", "rootdir:"):
+        assert output.count(chatter) == 1, output  # the parent's own header only
+
+    [record] = json.loads((ourtester.path / "r.json").read_text())["tests"]
+    [error] = record["errors"]
+    assert error["thread"] == "drafter-1"
+    assert error["message"] == f"test process died with SIGSEGV (signal 11); {died_while}"
+    assert "in draft" in error["traceback"]
+    assert record["uses_plugin"] is True
+    assert "TORCHINDUCTOR_CACHE_DIR" not in record["env"]
+
+
+def test_a_process_that_wrote_nothing_shows_no_stdout(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(
+        """
+        import os
+        import pytest
+
+        @pytest.mark.cudagraph_subprocess
+        def test_exits():
+            os._exit(3)
+        """
+    )
+    result = ourtester.runpytest()
+    result.assert_outcomes(failed=1)
+    output = result.stdout.str()
+    assert "cudagraph_subprocess: test process died with exit code 3" in output
+    assert "Captured stdout (test process" not in output, output
+    assert output.count("test session starts") == 1, output
