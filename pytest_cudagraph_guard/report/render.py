@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections import Counter
-from typing import Final
+from typing import Any, Final
 
 from .. import _torch
 from ..core.diagnosis import UNCLASSIFIED
@@ -49,7 +49,7 @@ def kind_name(kind: str | None) -> str:
 def terminal_lines(record: TestRecord, everything: bool = False) -> list[str]:
     """One test's block: what informs (``everything``: all that is known)."""
     lines = [f"{record['nodeid']}  {record['outcome']}  [{record['where']}]"]
-    settings = _settings_text(record["settings"], record.get("settings_at_end", {}), everything)
+    settings = _settings_text(record["settings"], record.get("settings_varied", {}), everything)
     if settings:
         lines += _wrapped("settings: ", settings)
     if record["env"]:
@@ -95,18 +95,15 @@ def _activity_lines(activity: Activity) -> list[str]:
 
 
 def _settings_text(
-    settings: dict[str, SettingEntry], at_end: dict[str, SettingEntry], everything: bool
+    settings: dict[str, SettingEntry], varied: dict[str, list[Any]], everything: bool
 ) -> str:
     """The settings not at their default (``everything``: the CUDA-graph switches too, and a
-    count of the rest); a key the test changed after compiling shows both values."""
+    count of the rest); a key torch acted under with several values shows them all."""
     shown = []
     for key, entry in settings.items():
-        if key in at_end:
-            end = at_end[key]
-            shown.append(
-                f"{key}={entry['value']!r} at compile ({entry['source']}), "
-                f"{end['value']!r} at the end ({end['source']})"
-            )
+        if len(varied.get(key, ())) > 1:
+            values = ", then ".join(repr(value) for value in varied[key])
+            shown.append(f"{key}={values} ({entry['source']} first)")
         elif entry["source"] != "default" or (everything and key in _torch.CUDAGRAPH_SWITCHES):
             shown.append(f"{key}={entry['value']!r} ({entry['source']})")
     if everything:
