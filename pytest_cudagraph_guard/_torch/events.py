@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Compiled:
     """A torch.compile backend call; inductor's with its options."""
 
@@ -26,7 +26,7 @@ class Compiled:
     function: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Cudagraphified:
     """A compiled graph wrapped for CUDA graphs (``trees``: through CUDAGraph Trees)."""
 
@@ -35,7 +35,7 @@ class Cudagraphified:
     function: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Recorded:
     """A CUDA graph captured (a tree manager's set-up capture is not one)."""
 
@@ -44,7 +44,7 @@ class Recorded:
     function: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Replayed:
     """A CUDA graph replayed; ``settings`` only at a test's first moment."""
 
@@ -53,7 +53,7 @@ class Replayed:
     function: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Skipped:
     """torch ran a graph without CUDA graphs, with its reason."""
 
@@ -62,7 +62,7 @@ class Skipped:
     function: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CrossThread:
     """A compiled function's graphs run through the tree manager that ``creator`` made."""
 
@@ -71,7 +71,7 @@ class CrossThread:
     function: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rerecorded:
     """torch recorded a function's CUDA graph again, with torch's reason."""
 
@@ -80,7 +80,7 @@ class Rerecorded:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SlowPath:
     """torch left the CUDA-graph fast path for a function, with torch's reason."""
 
@@ -89,7 +89,7 @@ class SlowPath:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RanEarlierGraph:
     """The running test called a compiled graph that an earlier test compiled (once per graph
     and test)."""
@@ -129,9 +129,3 @@ def emit(event: TorchEvent) -> None:
     for observer in list(AUDIENCE.observers):
         observer(event)
 
-
-def begin_test() -> None:
-    """A test starts: its first compile, recording or replay reads the settings, and graphs
-    compiled before now are an earlier test's."""
-    AUDIENCE.test_number += 1
-    AUDIENCE.settings_wanted = True

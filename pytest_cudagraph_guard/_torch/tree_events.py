@@ -54,8 +54,10 @@ class _TreeState(threading.local):
 
 
 _HERE: Final = _TreeState()
-# The models a tree function was made for, with how many: a second is a new input size.
+# The models a tree function was made for, with how many: a second is a new input size. A model
+# that cannot be referenced weakly is kept by id (one entry per compiled graph).
 _MODELS: Final[weakref.WeakKeyDictionary[Any, int]] = weakref.WeakKeyDictionary()
+_MODELS_BY_ID: Final[dict[int, int]] = {}
 
 
 def recording_function() -> str | None:
@@ -181,12 +183,7 @@ def _observed_tree_cudagraphify(cudagraphify: Any) -> Any:
 
     def observe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         model = kwargs.get("model", args[0] if args else None)
-        try:
-            made = _MODELS.get(model, 0)
-            _MODELS[model] = made + 1
-        except TypeError:  # a model that cannot be referenced weakly: not followed
-            return
-        if made:
+        if _times_made(model):
             name = name_from_traces(kwargs.get("stack_traces"))
             emit(
                 Rerecorded(
@@ -200,6 +197,17 @@ def _observed_tree_cudagraphify(cudagraphify: Any) -> Any:
         return cudagraphify(*args, **kwargs)
 
     return cudagraphify_observed
+
+
+def _times_made(model: Any) -> int:
+    """How many tree functions were made for ``model`` before this one."""
+    try:
+        made = _MODELS.get(model, 0)
+        _MODELS[model] = made + 1
+    except TypeError:
+        made = _MODELS_BY_ID.get(id(model), 0)
+        _MODELS_BY_ID[id(model)] = made + 1
+    return made
 
 
 def _observed_runtime_skip(log_skip: Any) -> Any:

@@ -135,8 +135,13 @@ class _StandInTrees:
         pass
 
 
-for _cls, _name in ((_StandInManager, "CUDAGraphTreeManager"), (_StandInNode, "CUDAGraphNode")):
-    _cls.__module__, _cls.__qualname__ = "torch._inductor.cudagraph_trees", _name
+# Named as torch's, as the table of patches names the owners (the module is a class here).
+for _cls, _module, _name in (
+    (_StandInManager, "torch._inductor.cudagraph_trees", "CUDAGraphTreeManager"),
+    (_StandInNode, "torch._inductor.cudagraph_trees", "CUDAGraphNode"),
+    (_StandInTrees, "torch._inductor", "cudagraph_trees"),
+):
+    _cls.__module__, _cls.__qualname__ = _module, _name
 
 
 @pytest.fixture
