@@ -128,4 +128,3 @@ AUDIENCE: Final = _Audience()
 def emit(event: TorchEvent) -> None:
     for observer in list(AUDIENCE.observers):
         observer(event)
-
