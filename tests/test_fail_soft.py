@@ -141,6 +141,15 @@ def graph_to_base(module):
 
 after_import("torch._inductor.output_code", graph_to_base)
 """
+_CALL_TO_BASE = """
+def call_to_base(module):
+    base = module.CompiledFxGraph
+    own = {name: base.__dict__[name] for name in ("__init__", "post_compile")}
+    own["__module__"] = base.__module__
+    module.CompiledFxGraph = type("CompiledFxGraph", (base,), own)
+
+after_import("torch._inductor.output_code", call_to_base)
+"""
 
 FAULTS = {
     "counting.config_module_class": Fault(
@@ -188,6 +197,25 @@ FAULTS = {
     ),
     "observe.capture_end": Fault("delattr(torch.cuda.graphs.CUDAGraph, 'capture_end')\n"),
     "observe.replay": Fault("delattr(torch.cuda.graphs.CUDAGraph, 'replay')\n"),
+    "observe.graph_call": Fault(_CALL_TO_BASE),
+    "tree_events.record_function": Fault(
+        "after_import(TREES, delete('CUDAGraphTreeManager', 'record_function'))\n"
+    ),
+    "tree_events.check_invariants": Fault(
+        "after_import(TREES, delete('CUDAGraphNode', 'check_invariants'))\n"
+    ),
+    "tree_events.cudagraphify": Fault("after_import(TREES, delete('', 'cudagraphify'))\n"),
+    "tree_events.runtime_skip": Fault(
+        "after_import(TREES, delete('', 'log_cudagraph_skip_and_bump_counter'))\n"
+    ),
+    "tree_events.checkpoint": Fault(
+        "after_import(TREES, delete('CUDAGraphTreeManager', "
+        "'apply_checkpoint_execution_state_in_allocator'))\n"
+    ),
+    "tree_events.fast_path_warning": Fault(
+        "after_import(TREES, delete('CUDAGraphTreeManager', "
+        "'check_warn_on_unable_to_start_executing'))\n"
+    ),
 }
 
 

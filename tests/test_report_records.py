@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard._torch import observe
 
 from .conftest import QUIET_INI
@@ -123,8 +124,8 @@ def test_every_test_that_ran_has_a_record(ourtester: pytest.Pytester) -> None:
 
 
 def test_settings_are_those_torch_compiled_with(ourtester: pytest.Pytester) -> None:
-    """setUp turns CUDA graphs on, tearDown restores them: the record says what the compile had,
-    and the terminal that value only."""
+    """setUp turns CUDA graphs on, tearDown restores them: the record says what the compile had
+    (the value at the end is for JSON only), and the terminal that value alone."""
     ourtester.makepyfile(test_suite=UNITTEST_SUITE)
     result = ourtester.runpytest(
         "-k", "test_compiles", "--cudagraph-report=term-all", "--cudagraph-report=json:r.json"
@@ -138,13 +139,14 @@ def test_settings_are_those_torch_compiled_with(ourtester: pytest.Pytester) -> N
         ("inductor", True)
     ]
     assert "triton.cudagraph_trees" in compiled[0]["settings"]
+    assert record["settings_varied"] == {}
     result.stdout.fnmatch_lines(["  settings: *triton.cudagraphs=True (test)*"])
     result.stdout.no_fnmatch_line("*at the end*")
 
 
-def test_a_with_patch_block_shows_the_value_torch_compiled_with(
-    ourtester: pytest.Pytester,
-) -> None:
+def test_a_with_patch_block_restore_is_not_the_tests_value(ourtester: pytest.Pytester) -> None:
+    """The value a ``with`` block put back is not shown; a second value only where torch
+    compiled under it too."""
     ourtester.makepyfile(
         """
         import torch
@@ -154,11 +156,25 @@ def test_a_with_patch_block_shows_the_value_torch_compiled_with(
             torch._dynamo.reset()
             with config.patch({"triton.cudagraphs": True}):
                 torch.compile(lambda x: x * 3)(torch.ones(4))
+
+        def test_compiles_under_both(inductor_config):
+            torch._dynamo.reset()
+            with config.patch({"triton.cudagraphs": True}):
+                torch.compile(lambda x: x * 3)(torch.ones(4))
+            torch.compile(lambda x: x * 5)(torch.ones(4))
         """
     )
-    result = ourtester.runpytest("--cudagraph-report=term-all")
-    result.assert_outcomes(passed=1)
+    result = ourtester.runpytest("--cudagraph-report=term-all", "--cudagraph-report=json:r.json")
+    result.assert_outcomes(passed=2)
+    records = by_name(load(ourtester.path / "r.json"))
+    block = records["test_block"]
+    assert block["settings"]["triton.cudagraphs"] == {"value": True, "source": "test"}
+    assert block["settings_varied"] == {}
+    assert records["test_compiles_under_both"]["settings_varied"] == {
+        "triton.cudagraphs": [True, False]
+    }
     result.stdout.fnmatch_lines(["  settings: *triton.cudagraphs=True (test)*"])
+    result.stdout.fnmatch_lines(["*triton.cudagraphs=True (test), also False*"])
     result.stdout.no_fnmatch_line("*at the end*")
 
 
@@ -323,13 +339,10 @@ def test_a_graph_run_through_another_threads_manager_is_seen(
 ) -> None:
     """The observers' own path on torch < 2.13: a manager made in one thread, a compiled
     function's call (``functools.partial(manager.run, function_id=...)``) from another."""
-    events: list[tuple[str, dict[str, Any]]] = []
-
-    def observer(event: str, data: dict[str, Any]) -> None:
-        events.append((event, data))
-
+    events: list[_torch.TorchEvent] = []
     monkeypatch.setattr(observe, "shares_callables_across_threads", lambda: True)
-    observe.start_observing(observer)
+    monkeypatch.setattr(observe, "patch_tree_events", lambda *args: None)  # not the stand-in's
+    observe.start_observing(events.append)
     try:
         observe._patch_trees(_StandInTrees)  # type: ignore[arg-type]
         manager = _StandInTrees.CUDAGraphTreeManager(0)
@@ -346,24 +359,18 @@ def test_a_graph_run_through_another_threads_manager_is_seen(
         _thread.start_new_thread(like_autograd, ())
         done.wait(10)
     finally:
-        observe.stop_observing(observer)  # puts the stand-in's methods back too
+        observe.stop_observing(events.append)  # puts the stand-in's methods back too
     assert manager.runs[:2] == ["MainThread", "drafter-1"]
     assert manager.runs[2].startswith("Dummy-")
-    assert [(e, d) for e, d in events if e == "cross-thread"] == [
-        (
-            "cross-thread",
-            {
-                "creator": "MainThread",
-                "function": "shared_step (trainer.py:12)",
-                "thread": "drafter-1",
-            },
-        )
+    assert [e for e in events if isinstance(e, _torch.CrossThread)] == [
+        _torch.CrossThread("drafter-1", "MainThread", "shared_step (trainer.py:12)")
     ]
 
 
 CROSS_THREAD_TEST = """
 import threading
 import pytest
+from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard._torch import observe
 
 class Manager:

@@ -88,7 +88,7 @@ def _assert_applied_as_the_rows_say(prefix: str) -> None:
 
 
 def test_observing_patches_what_its_rows_say(monkeypatch: pytest.MonkeyPatch) -> None:
-    def observer(event: str, data: dict[str, object]) -> None:
+    def observer(event: _torch.TorchEvent) -> None:
         pass
 
     monkeypatch.setattr(observe, "shares_callables_across_threads", lambda: True)  # < 2.13
@@ -97,6 +97,7 @@ def test_observing_patches_what_its_rows_say(monkeypatch: pytest.MonkeyPatch) ->
     try:
         assert torch._inductor.compile_fx.compile_fx is not original
         _assert_applied_as_the_rows_say("observe.")
+        _assert_applied_as_the_rows_say("tree_events.")
     finally:
         observe.stop_observing(observer)
     assert torch._inductor.compile_fx.compile_fx is original
@@ -140,7 +141,7 @@ def test_a_worker_importing_trees_first_patches_what_its_row_says(
 
 
 def test_tree_managers_run_unwatched_where_each_thread_has_its_own_callable() -> None:
-    def observer(event: str, data: dict[str, object]) -> None:
+    def observer(event: _torch.TorchEvent) -> None:
         pass
 
     original = cgt.CUDAGraphTreeManager.__dict__["run"]

@@ -32,9 +32,22 @@ from .cudagraph_settings import (
     settings_can_wait_for_import,
 )
 from .env_sources import env_names, env_variables_read, is_torch_env_memo
+from .events import (
+    Compiled,
+    CrossThread,
+    Cudagraphified,
+    Observer,
+    RanEarlierGraph,
+    Recorded,
+    Replayed,
+    Rerecorded,
+    Skipped,
+    SlowPath,
+    TorchEvent,
+)
 from .faults import Loss, begin_fault_session, note_internal_error, run_ours, take_notices
 from .import_hooks import run_after_import
-from .observe import skip_count, start_observing, stop_observing
+from .observe import begin_test, skip_count, start_observing, stop_observing
 from .readiness import (
     serializes_captures_for_threads,
     start_thread_readiness,
@@ -49,6 +62,7 @@ from .runtime import (
     torch_version,
     versions,
 )
+from .thread_names import AUTOGRAD_THREAD, NATIVE_THREAD, thread_label
 from .trees import (
     creates_thread_state_lazily,
     ensure_cudagraph_tls,
@@ -60,19 +74,33 @@ from .trees import (
 from .values import HIDDEN, UNSET, RawEntry, copy_value, is_mutable, values_differ
 
 __all__ = [
+    "AUTOGRAD_THREAD",
     "CUDAGRAPH_SWITCHES",
     "DYNAMO_CONFIG",
     "GUARDED_CONFIG_MODULES",
     "HIDDEN",
     "INDUCTOR_CONFIG",
+    "NATIVE_THREAD",
     "UNSET",
+    "Compiled",
     "ConfigAccess",
+    "CrossThread",
+    "Cudagraphified",
     "Loss",
+    "Observer",
+    "RanEarlierGraph",
     "RawEntry",
+    "Recorded",
+    "Replayed",
+    "Rerecorded",
+    "Skipped",
+    "SlowPath",
+    "TorchEvent",
     "TorchNotInstalled",
     "alias_written",
     "apply_cudagraph_settings",
     "begin_fault_session",
+    "begin_test",
     "change_count",
     "config_is_process_wide",
     "copy_value",
@@ -108,6 +136,7 @@ __all__ = [
     "stop_observing",
     "stop_thread_readiness",
     "take_notices",
+    "thread_label",
     "torch_loaded",
     "torch_version",
     "values_differ",

@@ -1,10 +1,10 @@
-"""Observing what torch does with CUDA graphs: compiles, cudagraph wrapping, skips, recordings
-and replays.
+"""Observing what torch does with CUDA graphs: compiles, cudagraph wrapping, skips, recordings,
+replays, and graphs an earlier test compiled.
 
 Wrappers around the functions that every compile and capture goes through, installed only while
-a report is wanted. Each calls back with plain values; the wrapped call is unchanged. Each module
-is wrapped when it is imported (or at once if it is already): observing never imports anything,
-so a report costs no start-up and changes no import order.
+a report is wanted. Each calls back with a typed event (``events``); the wrapped call is
+unchanged. Each module is wrapped when it is imported (or at once if it is already): observing
+never imports anything, so a report costs no start-up and changes no import order.
 """
 
 from __future__ import annotations
@@ -13,16 +13,29 @@ import functools
 import sys
 import threading
 import weakref
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
 from .config_access import CUDAGRAPH_SWITCHES
 from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
+from .events import (
+    AUDIENCE,
+    Compiled,
+    CrossThread,
+    Cudagraphified,
+    Observer,
+    RanEarlierGraph,
+    Recorded,
+    Replayed,
+    Skipped,
+    emit,
+)
 from .faults import Loss, run_ours
 from .import_hooks import OnEachImport
 from .patches import PATCHES, Patches, owner_class
 from .runtime import release_tuple
+from .thread_names import started_outside_python, thread_label
+from .tree_events import function_name, patch_tree_events, recording_function
 from .trees import CUDAGRAPH_TREES
 
 INDUCTOR_BACKEND: Final = "inductor"
@@ -30,15 +43,12 @@ INDUCTOR_BACKEND: Final = "inductor"
 # runs graphs through another thread's tree manager.
 PER_THREAD_CALLABLES: Final = (2, 13)
 
-Observer = Callable[[str, dict[str, Any]], None]
-
 
 class _ObservationState:
-    """The observers, the wrappers installed for them and the modules wrapped so far, and what
-    the wrappers keep between calls."""
+    """The wrappers installed for the observers and the modules wrapped so far, and what the
+    wrappers keep between calls."""
 
     def __init__(self) -> None:
-        self.observers: list[Observer] = []
         self.patches = Patches()
         self.observed_names: set[str] = set()
         self.in_manager_init = threading.local()
@@ -47,6 +57,10 @@ class _ObservationState:
         self.manager_threads: weakref.WeakKeyDictionary[Any, tuple[int, str]] = (
             weakref.WeakKeyDictionary()
         )
+        # The test (``AUDIENCE.test_number``) that made each compiled graph, by id while it lives,
+        # and the graphs the running test has called so far.
+        self.graph_tests: dict[int, int] = {}
+        self.ran_graphs: set[int] = set()
 
 
 _STATE: Final = _ObservationState()
@@ -61,10 +75,10 @@ def skip_count() -> int:
 
 
 def start_observing(observer: Observer) -> None:
-    """Calls ``observer(event, data)`` for compiles, cudagraph wrapping, skips, recordings and
-    replays, in the thread where they happen."""
-    _STATE.observers.append(observer)
-    if len(_STATE.observers) > 1:
+    """Calls ``observer(event)`` for compiles, cudagraph wrapping, skips, recordings, replays and
+    the findings of ``events``, in the thread where they happen."""
+    AUDIENCE.observers.append(observer)
+    if len(AUDIENCE.observers) > 1:
         return
     for name in _OBSERVED_MODULES:
         module = sys.modules.get(name)
@@ -74,9 +88,9 @@ def start_observing(observer: Observer) -> None:
 
 
 def stop_observing(observer: Observer) -> None:
-    if observer in _STATE.observers:
-        _STATE.observers.remove(observer)
-    if _STATE.observers:
+    if observer in AUDIENCE.observers:
+        AUDIENCE.observers.remove(observer)
+    if AUDIENCE.observers:
         return
     if _FINDER in sys.meta_path:
         sys.meta_path.remove(_FINDER)
@@ -84,10 +98,18 @@ def stop_observing(observer: Observer) -> None:
     _STATE.patches.undo()
 
 
-def _emit(event: str, data: dict[str, Any]) -> None:
-    data["thread"] = threading.current_thread().name
-    for observer in list(_STATE.observers):
-        observer(event, data)
+def begin_test() -> None:
+    """A test starts: its first compile, recording or replay reads the settings, and graphs
+    compiled before now are an earlier test's."""
+    AUDIENCE.test_number += 1
+    AUDIENCE.settings_wanted = True
+    _STATE.ran_graphs = set()
+
+
+def _settings_moment() -> dict[str, Any]:
+    """The settings as torch acts now, in the acting thread; the test has its first moment."""
+    AUDIENCE.settings_wanted = False
+    return cudagraph_settings_here()
 
 
 def _options_of(config_patches: Any) -> dict[str, Any]:
@@ -102,10 +124,7 @@ def _observed_compile_fx(compile_fx: Any) -> Any:
     def observe(kwargs: dict[str, Any]) -> None:
         options = _options_of(kwargs.get("config_patches"))
         if options or not kwargs.get("inner_compile"):
-            settings = cudagraph_settings_here()
-            _emit(
-                "compile", {"backend": INDUCTOR_BACKEND, "options": options, "settings": settings}
-            )
+            emit(Compiled(thread_label(), INDUCTOR_BACKEND, options, _settings_moment()))
 
     @functools.wraps(compile_fx)
     def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
@@ -130,8 +149,7 @@ def _observed_user_compiler(call_user_compiler: Any) -> Any:
     def observe(output_graph: Any) -> None:
         name = backend_name(getattr(output_graph, "compiler_fn", None))
         if name != INDUCTOR_BACKEND:
-            settings = cudagraph_settings_here()
-            _emit("compile", {"backend": name, "options": {}, "settings": settings})
+            emit(Compiled(thread_label(), name, {}, cudagraph_settings_here()))
 
     @functools.wraps(call_user_compiler)
     def call_user_compiler_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -145,7 +163,8 @@ def _observed_cudagraphify(cudagraphify: Any) -> Any:
     loss = PATCHES["observe.cudagraphify"].loss
 
     def observe() -> None:
-        _emit("cudagraphify", {"trees": cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])})
+        trees = cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])
+        emit(Cudagraphified(thread_label(), trees))
 
     @functools.wraps(cudagraphify)
     def cudagraphify_observed(*args: Any, **kwargs: Any) -> Any:
@@ -157,17 +176,19 @@ def _observed_cudagraphify(cudagraphify: Any) -> Any:
 
 def _observed_graph_method(method: Any) -> Any:
     """``CompiledFxGraph.__init__`` and ``post_compile`` (a graph loaded from the FX graph
-    cache) count cudagraph skips, some without logging them; the reason is on the graph."""
+    cache) count cudagraph skips, some without logging them; the reason is on the graph. Each
+    graph is noted with the test that made it."""
     skipped = _STATE.skipped_graphs
     loss = PATCHES["observe.graph_init"].loss  # the same loss as graph_post_compile's
 
     def observe(graph: Any, before: int) -> None:
+        _note_made(graph)
         if skip_count() > before and skipped.get(id(graph)) is not graph:
             skipped[id(graph)] = graph  # torch may count one graph's skip twice
             reason = getattr(graph, "disabled_cudagraphs_reason", None) or "unknown"
             if not str(reason).startswith("skipping cudagraphs"):
                 reason = f"skipping cudagraphs due to {reason}"
-            _emit("skip", {"reason": str(reason)})
+            emit(Skipped(thread_label(), str(reason)))
 
     @functools.wraps(method)
     def method_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -180,6 +201,37 @@ def _observed_graph_method(method: Any) -> Any:
     return method_observed
 
 
+def _note_made(graph: Any) -> None:
+    made = _STATE.graph_tests
+    if id(graph) not in made:
+        try:
+            weakref.finalize(graph, made.pop, id(graph), None)
+        except TypeError:  # a graph that cannot be referenced weakly: not followed
+            return
+        made[id(graph)] = AUDIENCE.test_number
+
+
+def _observed_graph_call(call: Any) -> Any:
+    """Every call of a compiled graph: the first of a test, of a graph that an earlier test
+    made (dynamo's cache serves it, so nothing compiles), is ``RanEarlierGraph``. A graph made
+    before observing began is an earlier test's too."""
+    state = _STATE
+    loss = PATCHES["observe.graph_call"].loss
+
+    def observe(graph: Any) -> None:
+        state.ran_graphs.add(id(graph))
+        if state.graph_tests.get(id(graph), 0) < AUDIENCE.test_number:
+            emit(RanEarlierGraph(thread_label()))
+
+    @functools.wraps(call)
+    def call_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(self) not in state.ran_graphs:
+            run_ours(loss, observe, self)
+        return call(self, *args, **kwargs)
+
+    return call_observed
+
+
 def _observed_manager_init(init: Any) -> Any:
     in_init = _STATE.in_manager_init
 
@@ -188,7 +240,7 @@ def _observed_manager_init(init: Any) -> Any:
     loss = PATCHES["observe.manager_init"].loss
 
     def tag(manager: Any) -> None:
-        creators[manager] = (threading.get_ident(), threading.current_thread().name)
+        creators[manager] = (threading.get_ident(), thread_label())
 
     @functools.wraps(init)
     def init_observed(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -204,19 +256,18 @@ def _observed_manager_init(init: Any) -> Any:
 
 def _observed_manager_run(run: Any) -> Any:
     """Every call of a compiled function through a tree manager (warm-up, recording, replay):
-    from a thread other than the manager's creator, it is the ``cross-thread`` event."""
+    from a thread other than the manager's creator, it is the ``CrossThread`` event."""
     creators = _STATE.manager_threads
 
     loss = PATCHES["observe.manager_run"].loss
 
     def observe(manager: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if _started_outside_python(threading.current_thread()):
+        if started_outside_python(threading.current_thread()):
             return  # autograd's engine threads get the caller's trees from torch, on purpose
         creator = creators.get(manager)
         if creator is not None and creator[0] != threading.get_ident():
             function_id = kwargs.get("function_id", args[1] if len(args) > 1 else None)
-            name = function_name(manager, function_id)
-            _emit("cross-thread", {"creator": creator[1], "function": name})
+            emit(CrossThread(thread_label(), creator[1], function_name(manager, function_id)))
 
     @functools.wraps(run)
     def run_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -226,35 +277,13 @@ def _observed_manager_run(run: Any) -> Any:
     return run_observed
 
 
-def _started_outside_python(thread: threading.Thread) -> bool:
-    """A thread that Python's ``threading`` did not start (a C++ thread, such as autograd's
-    engine threads, which run a compiled function's backward)."""
-    dummy: Any = getattr(threading, "_DummyThread", ())
-    return isinstance(thread, dummy)
-
-
-def function_name(manager: Any, function_id: Any) -> str:
-    """A compiled function as its user knows it: the innermost user frame of its recorded stack
-    traces (``fn (model.py:12)``), else its tree manager's function id."""
-    traces = getattr(manager, "ids_to_stack_traces", {}).get(function_id) or []
-    for trace in traces:
-        frames = [line.strip() for line in str(trace or "").splitlines()]
-        frames = [line for line in frames if line.startswith("File ")]
-        if frames:
-            where, _, name = frames[-1].rpartition(", in ")
-            file_part, _, line_part = where.partition(", line ")
-            file_name = file_part.removeprefix("File ").strip('"').replace("\\", "/")
-            return f"{name} ({file_name.rsplit('/', 1)[-1]}:{line_part})"
-    return f"compiled function #{function_id}"
-
-
 def _observed_capture_end(capture_end: Any) -> Any:
     in_init = _STATE.in_manager_init
     loss = PATCHES["observe.capture_end"].loss
 
     def observe() -> None:
         if not getattr(in_init, "active", False):
-            _emit("recorded", {})
+            emit(Recorded(thread_label(), _settings_moment(), recording_function()))
 
     @functools.wraps(capture_end)
     def capture_end_observed(*args: Any, **kwargs: Any) -> Any:
@@ -266,11 +295,17 @@ def _observed_capture_end(capture_end: Any) -> Any:
 
 
 def _observed_replay(replay: Any) -> Any:
+    """Every replay; the settings only at a test's first moment (a replay is the hot path)."""
     loss = PATCHES["observe.replay"].loss
+    audience = AUDIENCE
+
+    def observe() -> None:
+        settings = _settings_moment() if audience.settings_wanted else None
+        emit(Replayed(thread_label(), settings))
 
     @functools.wraps(replay)
     def replay_observed(*args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, _emit, "replay", {})
+        run_ours(loss, observe)
         return replay(*args, **kwargs)
 
     return replay_observed
@@ -286,8 +321,10 @@ def _patch_compiled_graph(module: ModuleType) -> None:
     ``__init__`` has changed shape."""
     graph = getattr(module, "CompiledFxGraph", None)
     if isinstance(graph, type) and hasattr(graph, "post_compile"):
-        _STATE.patches.apply(PATCHES["observe.graph_init"], graph, _observed_graph_method)
+        made = _STATE.patches.apply(PATCHES["observe.graph_init"], graph, _observed_graph_method)
         _STATE.patches.apply(PATCHES["observe.graph_post_compile"], graph, _observed_graph_method)
+        if made:  # which graphs an earlier test made is known only from their making
+            _STATE.patches.apply(PATCHES["observe.graph_call"], graph, _observed_graph_call)
 
 
 def _patch_trees(module: ModuleType) -> None:
@@ -298,6 +335,7 @@ def _patch_trees(module: ModuleType) -> None:
     _STATE.patches.apply(row, manager, _observed_manager_init)
     if shares_callables_across_threads():
         _STATE.patches.apply(PATCHES["observe.manager_run"], manager, _observed_manager_run)
+    patch_tree_events(module, manager, _STATE.patches)
 
 
 def shares_callables_across_threads() -> bool:
@@ -336,7 +374,7 @@ _PATCHING: Final = Loss("--cudagraph-report", "activity of the modules not yet o
 
 def _patch_loaded(name: str, module: ModuleType) -> None:
     """Runs inside the user's import of ``name``: what it raises never reaches the import."""
-    if name not in _STATE.observed_names and _STATE.observers:
+    if name not in _STATE.observed_names and AUDIENCE.observers:
         _STATE.observed_names.add(name)
         run_ours(_PATCHING, _OBSERVED_MODULES[name], module)
 

@@ -47,6 +47,10 @@ _COUNTING_LOSES: Final = (
 )
 _LOCKED_LOSES: Final = "capture serialisation between threads (captures may overlap)"
 _SKIPS_LOSES: Final = "cudagraph skips and their reasons"
+_TREES: Final = "torch._inductor.cudagraph_trees"
+_NODE: Final = "torch._inductor.cudagraph_trees.CUDAGraphNode"
+_RERECORD_LOSES: Final = "the rerecord finding"
+_SLOW_PATH_LOSES: Final = "the slow-path finding"
 
 _ROWS: Final = (
     PatchRow(
@@ -198,8 +202,78 @@ _ROWS: Final = (
         "replay",
         "2.1+",
         _REPORT,
-        "every CUDA graph replayed",
+        "every CUDA graph replayed; the settings at a test's first replay",
         "replay counts",
+    ),
+    PatchRow(
+        "observe.graph_call",
+        _GRAPH,
+        "__call__",
+        "where CompiledFxGraph defines post_compile",
+        _REPORT,
+        "a test's first call of each compiled graph: one that an earlier test compiled is "
+        "counted (dynamo's cache serves it, so nothing compiles in this test)",
+        "the count of graphs an earlier test compiled",
+    ),
+    PatchRow(
+        "tree_events.record_function",
+        _MANAGER,
+        "record_function",
+        "2.1+",
+        _REPORT,
+        "every recording through a tree manager: the function recorded, and a function "
+        "recorded again at the same place of its tree",
+        _RERECORD_LOSES,
+    ),
+    PatchRow(
+        "tree_events.check_invariants",
+        _NODE,
+        "check_invariants",
+        "2.1+",
+        _REPORT,
+        "torch's check before a replay: the status of a failed check (static input data "
+        "pointer changed, ...) is the reason of the recording that follows",
+        _RERECORD_LOSES,
+    ),
+    PatchRow(
+        "tree_events.cudagraphify",
+        _TREES,
+        "cudagraphify",
+        "2.1+",
+        _REPORT,
+        "a tree function made for a model that has one already: a new input size of a "
+        "dynamic-shape graph",
+        _RERECORD_LOSES,
+    ),
+    PatchRow(
+        "tree_events.runtime_skip",
+        _TREES,
+        "log_cudagraph_skip_and_bump_counter",
+        "2.4+",
+        _REPORT,
+        "skips a tree manager decides while running: mutated inputs, the re-recording limit "
+        "reached (a rerecord finding too)",
+        "cudagraph skips decided while running, and the re-recording limit",
+    ),
+    PatchRow(
+        "tree_events.checkpoint",
+        _MANAGER,
+        "apply_checkpoint_execution_state_in_allocator",
+        "2.1+",
+        _REPORT,
+        "torch checkpoints the CUDA graph pool (its slow path) to record or warm up while "
+        "graphs it ran have live outputs",
+        _SLOW_PATH_LOSES,
+    ),
+    PatchRow(
+        "tree_events.fast_path_warning",
+        _MANAGER,
+        "check_warn_on_unable_to_start_executing",
+        "2.1+",
+        _REPORT,
+        "torch's 'Unable to hit fast path of CUDAGraphs' warning: outputs of a previous step "
+        "still wait for their backward",
+        _SLOW_PATH_LOSES,
     ),
 )
 

@@ -64,6 +64,18 @@ CAPTURE_MESSAGES: Final = (
     "only one capture at a time is allowed in a process",
     "capture must end on the same stream it began on",
 )
+# torch's storage access error for an output a later replay overwrote ("gradient tensor output"
+# for a backward's output from 2.13), and check_memory_pool's error (older releases: "These live
+# storage data ptrs are in the cudagraph pool but not accounted for as an output ...").
+OVERWRITTEN_MESSAGE: Final = "of cudagraphs that has been overwritten by a subsequent run"
+GRADIENT_OVERWRITTEN: Final = "accessing gradient tensor output of cudagraphs"
+POOL_LEAK_MESSAGES: Final = (
+    "in the cudagraph pool not tracked as outputs",
+    "in the cudagraph pool but not accounted for as an output",
+)
+GENERATION_CLONING: Final = "triton.cudagraph_trees_generation_cloning"
+HISTORY_RECORDING: Final = "triton.cudagraph_trees_history_recording"
+CAPTURE_SIZES: Final = "triton.cudagraph_capture_sizes"
 NESTED_FX_TRACE: Final = "symbolically trace a dynamo-optimized function"
 TLS_MACHINERY_MESSAGES: Final = ("py_objects.obj_dict_.count(key)",)
 TREES_FILE: Final = ("_inductor/cudagraph_trees.py", "_inductor\\cudagraph_trees.py")
@@ -115,9 +127,19 @@ def _builtin_diagnosis(exc: BaseException) -> Diagnosis | None:
     text = str(exc).lower()
     if isinstance(exc, (RuntimeError, SystemError)) and _mentions_tls_machinery(exc, text):
         return Diagnosis(TLS_CORRUPT, tls_corrupt_hint())
+    if isinstance(exc, RuntimeError) and OVERWRITTEN_MESSAGE in text:
+        return Diagnosis(OVERWRITTEN_OUTPUT, overwritten_output_hint(GRADIENT_OVERWRITTEN in text))
+    if isinstance(exc, RuntimeError) and _is_pool_leak(exc, text):
+        return Diagnosis(POOL_LEAK, pool_leak_hint())
     if isinstance(exc, RuntimeError) and any(m in text for m in CAPTURE_MESSAGES):
         return Diagnosis(CAPTURE_CONFLICT, capture_conflict_hint())
     return None
+
+
+def _is_pool_leak(exc: BaseException, text: str) -> bool:
+    return any(m in text for m in POOL_LEAK_MESSAGES) or _innermost_is(
+        exc, "check_memory_pool", TREES_FILE
+    )
 
 
 def _mentions_tls_machinery(exc: BaseException, text: str) -> bool:
@@ -205,6 +227,93 @@ def thread_error_hint(exc: BaseException, thread_name: str) -> str:
     return (
         f"raised in thread {thread_name!r}, outside the main thread; not a known CUDA-graph "
         "thread problem"
+    )
+
+
+def _has_inductor_key(key: str) -> bool:
+    config = _torch.loaded_config(_torch.INDUCTOR_CONFIG)
+    return config is not None and config.has_key(key)
+
+
+def overwritten_output_hint(gradient: bool = False) -> str:
+    if gradient:
+        return (
+            "a .grad that the compiled backward allocated while its graph was recorded was "
+            "overwritten by the next replay (gradient accumulation): allocate the .grad "
+            "buffers before the compiled backward first runs (an eager warm-up step, or zeroed "
+            "tensors), or set .grad to None before each backward"
+        )
+    cloning = (
+        f", or set torch._inductor.config.{GENERATION_CLONING} = 'user_visible'"
+        if _has_inductor_key(GENERATION_CLONING)
+        else ""
+    )
+    return (
+        "an output of a CUDA graph was read after a later replay reused its memory: clone it "
+        "outside the compiled function (out = compiled(x).clone()), or call "
+        f"torch.compiler.cudagraph_mark_step_begin() before each step{cloning}"
+    )
+
+
+def pool_leak_hint() -> str:
+    history = (
+        f"; set torch._inductor.config.{HISTORY_RECORDING} = True to see where it was allocated"
+        if _has_inductor_key(HISTORY_RECORDING)
+        else ""
+    )
+    return (
+        "a tensor allocated in the CUDA graph pool is alive but is no output torch tracks: a "
+        "custom op whose meta function hides an alias, or a tensor kept by a side effect of "
+        f"the compiled code (a cache, a hook, a global); drop that reference{history}"
+    )
+
+
+def rerecord_hint(reason: str) -> str:
+    """What to do about torch recording a function's graph again for ``reason``."""
+    text = reason.lower()
+    if "static input" in text:
+        return (
+            "a parameter, buffer or static input is a new tensor at another address (e.g. "
+            "param.data = ..., a re-created optimizer state): update it in place (copy_) so "
+            "the recorded graph can replay"
+        )
+    if "managed tensor" in text:
+        return (
+            "an output of an earlier CUDA graph fed back as input moved: keep the same "
+            "tensors flowing between graphs, or clone the input before the call"
+        )
+    if "dead indices" in text or "still alive" in text:
+        return (
+            "outputs of a previous run that were dead when the graph was recorded are alive "
+            "now: drop references to earlier outputs, or call "
+            "torch.compiler.cudagraph_mark_step_begin() before each step"
+        )
+    if "input size" in text:
+        sizes = (
+            f", or list the sizes worth a graph in torch._inductor.config.{CAPTURE_SIZES}"
+            if _has_inductor_key(CAPTURE_SIZES)
+            else ""
+        )
+        return f"each new input size records another CUDA graph: pad inputs to a few sizes{sizes}"
+    if "limit" in text:
+        return (
+            "torch re-recorded this function so often that it now runs it without CUDA "
+            "graphs: remove the cause of the re-recordings (the reason above)"
+        )
+    return "a graph recorded again costs a capture each time: find what changes between calls"
+
+
+def slow_path_hint(reason: str) -> str:
+    """What to do about torch leaving the CUDA-graph fast path for ``reason``."""
+    if "backward" in reason:
+        return (
+            "run the backward of each step before the next step's forward, detach outputs "
+            "that need no gradient (or run under torch.no_grad()), or call "
+            "torch.compiler.cudagraph_mark_step_begin() before each step"
+        )
+    return (
+        "drop references to the outputs of earlier graphs before calling the next compiled "
+        "function, or call torch.compiler.cudagraph_mark_step_begin() before each step"
     )
 
 

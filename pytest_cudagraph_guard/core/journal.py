@@ -43,20 +43,6 @@ class Activity:
         return f"{self.doing} {graph} in thread `{self.thread}`"
 
 
-def journal_activity(event: str, data: dict[str, Any]) -> Activity | None:
-    """The journal's reading of one of torch's events (``_torch.start_observing``); None for an
-    event that is no change of activity."""
-    thread = str(data.get("thread", ""))
-    function = data.get("function")
-    if event == "compile":
-        return Activity(COMPILING, thread, function, str(data.get("backend") or "") or None)
-    if event == "recorded":
-        return Activity(RECORDING, thread, function)
-    if event == "replay":
-        return Activity(REPLAYING, thread, function)
-    return None
-
-
 class JournalWriter:
     """Appends to one process's journal; opened at the first line."""
 

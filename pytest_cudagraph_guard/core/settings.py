@@ -116,6 +116,18 @@ def _source(
     return "default"
 
 
+def default_entry(key: str) -> SettingEntry | None:
+    """A key of inductor's config as it would be had no test set it: its default, with the
+    variable that decided it where one did. None where the key is not there."""
+    config = _torch.loaded_config(_torch.INDUCTOR_CONFIG)
+    if config is None or not config.has_key(key):
+        return None
+    value = config.effective(key, _torch.RawEntry(UNSET, config.raw(key).default, False))
+    names = _torch.env_names(config) if _torch_environ() else {}
+    source = next((f"env:{name}" for name in names.get(key, []) if name in os.environ), None)
+    return setting_entry(jsonable(value), source or "default")
+
+
 def _copy_of_default(raw: _torch.RawEntry) -> bool:
     """torch (2.6+) copies a list/dict/set default into the override when it is first read."""
     return _torch.is_mutable(raw.default) and not _torch.values_differ(raw.override, raw.default)

@@ -1,16 +1,16 @@
 """What torch did with CUDA graphs while one test ran, in any thread, as the report's
-``Activity`` record; the compiles whose cudagraph settings differ from the main thread's, and the
-graphs run through another thread's tree manager."""
+``Activity`` record; the moments torch acted (for the settings it acted under), and the
+findings: compiles whose cudagraph settings differ from the main thread's, graphs run through
+another thread's tree manager, graphs recorded again, the fast path left."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, NamedTuple
 
 from .. import _torch
-from ..core.diagnosis import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH
 from ..core.records import (
     Activity,
     CompiledEntry,
@@ -19,12 +19,21 @@ from ..core.records import (
     ThreadActivity,
     activity_record,
     compiled_entry,
-    error_entry,
 )
 from ..core.settings import jsonable
+from .torch_findings import (
+    CrossThreadRun,
+    Seen,
+    cross_thread_entry,
+    divergence_entry,
+    rerecord_entry,
+    slow_path_entry,
+)
 
 INDUCTOR: Final = "inductor"
 CUDAGRAPHS_BACKEND: Final = "cudagraphs"
+CUDAGRAPHS_KEY: Final = "triton.cudagraphs"
+TREES_KEY: Final = "triton.cudagraph_trees"
 
 
 class Compile(NamedTuple):
@@ -41,15 +50,16 @@ class Compile(NamedTuple):
     def wants_cudagraphs(self) -> bool:
         if self.backend == CUDAGRAPHS_BACKEND:
             return True
-        return self.backend == INDUCTOR and bool(self.effective("triton.cudagraphs"))
+        return self.backend == INDUCTOR and bool(self.effective(CUDAGRAPHS_KEY))
 
 
-class CrossThreadRun(NamedTuple):
-    """A compiled function run in ``thread`` through the tree manager ``creator`` created."""
+class Moment(NamedTuple):
+    """A moment torch acted on CUDA graphs (an inductor compile, a recording, a replay): the
+    settings in effect in its thread, and the keys a compile's options set."""
 
     thread: str
-    creator: str
-    function: str
+    values: dict[str, Any]
+    options: frozenset[str] = frozenset()
 
 
 class TestActivity:
@@ -65,50 +75,67 @@ class TestActivity:
         self.replays: Counter[str] = Counter()
         self.skips: list[SkipEntry] = []
         self.cross_thread: dict[CrossThreadRun, None] = {}
+        self.moments: list[Moment] = []
+        self.rerecords: Counter[Seen] = Counter()
+        self.slow_paths: Counter[Seen] = Counter()
+        self.earlier_compiled = 0
 
-    def add(self, event: str, data: dict[str, Any]) -> None:
+    def add(self, event: _torch.TorchEvent) -> None:
         """One event of torch's, as the observer of :mod:`.._torch` reports it."""
-        thread = data["thread"]
-        if event == "compile":
-            backend = str(data.get("backend", INDUCTOR))
-            self.compiled.append(Compile(thread, backend, data["options"], data["settings"]))
-        elif event == "cudagraphify":
-            self.cudagraphified[thread] += 1
-        elif event == "recorded":
-            self.recorded[thread] += 1
-        elif event == "replay":
-            self.replays[thread] += 1
-        elif event == "skip":
-            self.skips.append(SkipEntry(thread=thread, reason=data["reason"]))
-        elif event == "cross-thread":
-            self.cross_thread[CrossThreadRun(thread, data["creator"], data["function"])] = None
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    # -- one method per event ----------------------------------------------------------------
+
+    def _on_compiled(self, event: _torch.Compiled) -> None:
+        compiled = Compile(event.thread, event.backend, event.options, event.settings)
+        self.compiled.append(compiled)
+        if event.backend == INDUCTOR:
+            values = {key: compiled.effective(key) for key in event.settings}
+            self.moments.append(Moment(event.thread, values, frozenset(event.options)))
+
+    def _on_cudagraphified(self, event: _torch.Cudagraphified) -> None:
+        self.cudagraphified[event.thread] += 1
+
+    def _on_recorded(self, event: _torch.Recorded) -> None:
+        self.recorded[event.thread] += 1
+        self.moments.append(Moment(event.thread, event.settings))
+
+    def _on_replayed(self, event: _torch.Replayed) -> None:
+        self.replays[event.thread] += 1
+        if event.settings is not None and not self.moments:
+            self.moments.append(Moment(event.thread, event.settings))
+
+    def _on_skipped(self, event: _torch.Skipped) -> None:
+        self.skips.append(SkipEntry(thread=event.thread, reason=event.reason))
+
+    def _on_cross_thread(self, event: _torch.CrossThread) -> None:
+        self.cross_thread[CrossThreadRun(event.thread, event.creator, event.function)] = None
+
+    def _on_rerecorded(self, event: _torch.Rerecorded) -> None:
+        self.rerecords[Seen(event.thread, event.function, event.reason)] += 1
+
+    def _on_slow_path(self, event: _torch.SlowPath) -> None:
+        self.slow_paths[Seen(event.thread, event.function, event.reason)] += 1
+
+    def _on_ran_earlier_graph(self, event: _torch.RanEarlierGraph) -> None:
+        self.earlier_compiled += 1
+
+    # -- the record ----------------------------------------------------------------------------
 
     def finish(self) -> None:
         self.skip_counter = _torch.skip_count() - self.skips_at_start
 
-    def happened(self) -> bool:
-        """Whether torch compiled anything or did CUDA-graph work."""
-        return bool(
-            self.compiled or self.cudagraphified or self.recorded or self.replays or self.skips
-        )
-
-    def compiled_settings(self) -> dict[str, Any]:
-        """The cudagraph settings that every inductor compile of the test had alike (a compile's
-        options win over its thread's settings)."""
-        compiles = [c for c in self.compiled if c.backend == INDUCTOR]
-        if not compiles:
-            return {}
-        agreed = {}
-        for key in compiles[0].settings:
-            values = {repr(c.effective(key)) for c in compiles}
-            if len(values) == 1:
-                agreed[key] = compiles[0].effective(key)
-        return agreed
-
-    def cross_thread_graphs(self) -> list[ErrorEntry]:
-        """Each compiled function run through another thread's tree manager, once per pair of
-        threads."""
-        return [_cross_thread_entry(run) for run in self.cross_thread]
+    def findings(self) -> list[ErrorEntry]:
+        """Each compiled function run through another thread's tree manager (once per pair of
+        threads), recorded again or off the fast path (once per thread, function and reason,
+        with the count)."""
+        return [
+            *(cross_thread_entry(run) for run in self.cross_thread),
+            *(rerecord_entry(seen, count) for seen, count in self.rerecords.items()),
+            *(slow_path_entry(seen, count) for seen, count in self.slow_paths.items()),
+        ]
 
     def as_record(self) -> Activity:
         threads = sorted(
@@ -126,6 +153,7 @@ class TestActivity:
             skips=list(self.skips),
             torch_skip_counter=self.skip_counter,
             by_thread={thread: self._in_thread(thread) for thread in threads},
+            earlier_compiled=self.earlier_compiled,
         )
 
     def _in_thread(self, thread: str) -> ThreadActivity:
@@ -155,8 +183,21 @@ class TestActivity:
             for key, wanted in intended.items():
                 seen = compiled.settings.get(key)
                 if key not in compiled.options and seen != wanted:
-                    found.append(_divergence(thread, key, seen, wanted))
+                    found.append(divergence_entry(thread, key, seen, wanted))
         return found
+
+
+_HANDLERS: Final[dict[type, Callable[[TestActivity, Any], None]]] = {
+    _torch.Compiled: TestActivity._on_compiled,
+    _torch.Cudagraphified: TestActivity._on_cudagraphified,
+    _torch.Recorded: TestActivity._on_recorded,
+    _torch.Replayed: TestActivity._on_replayed,
+    _torch.Skipped: TestActivity._on_skipped,
+    _torch.CrossThread: TestActivity._on_cross_thread,
+    _torch.Rerecorded: TestActivity._on_rerecorded,
+    _torch.SlowPath: TestActivity._on_slow_path,
+    _torch.RanEarlierGraph: TestActivity._on_ran_earlier_graph,
+}
 
 
 def _compiled_entry(compiled: Compile) -> CompiledEntry:
@@ -165,40 +206,6 @@ def _compiled_entry(compiled: Compile) -> CompiledEntry:
         backend=compiled.backend,
         options=jsonable(compiled.options),
         cudagraphs=compiled.wants_cudagraphs(),
-        trees=jsonable(compiled.effective("triton.cudagraph_trees")),
+        trees=jsonable(compiled.effective(TREES_KEY)),
         settings=jsonable(compiled.settings),
     )
-
-
-def _cross_thread_entry(run: CrossThreadRun) -> ErrorEntry:
-    message = (
-        f"{run.function} ran its CUDA graphs in thread {run.thread!r} through the CUDAGraph "
-        f"Trees manager of thread {run.creator!r}"
-    )
-    hint = (
-        "this torch keeps a compiled function's CUDA graphs in the tree manager of the thread "
-        "that first ran it, so threads sharing one compiled function record and replay in "
-        "another thread's state, which can corrupt the interpreter: compile the function once "
-        "per thread (its own torch.compile call), or upgrade to torch 2.13, where each thread "
-        "gets its own callable"
-    )
-    return error_entry(run.thread, "CrossThreadGraph", message, kind=CROSS_THREAD_GRAPH, hint=hint)
-
-
-def _divergence(thread: str, key: str, seen: Any, wanted: Any) -> ErrorEntry:
-    if _torch.config_is_process_wide():
-        hint = (
-            "config is process-wide on this torch: something changed it between the test's "
-            "start and this compile"
-        )
-    else:
-        hint = (
-            "torch >= 2.12 keeps config overrides per thread, so a thread started with "
-            "threading.Thread sees the defaults: start it with contextvars.copy_context().run, "
-            "set the config inside the thread, or pass mode=/options= to torch.compile"
-        )
-    message = (
-        f"a function was compiled in thread {thread!r} with {key}={seen!r}; the main "
-        f"thread had {key}={wanted!r} at the test's start"
-    )
-    return error_entry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)

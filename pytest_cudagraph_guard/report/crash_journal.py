@@ -13,13 +13,19 @@ import pytest
 
 from .. import _torch
 from ..core.facts import journal_path_key
-from ..core.journal import JournalWriter, journal_activity
+from ..core.journal import COMPILING, RECORDING, REPLAYING, Activity, JournalWriter
 from ..core.settings import UserEnvReader
 
 # What a controller tells each xdist worker (``workerinput``): where its journal and its fault
 # handler's output go.
 WORKER_JOURNAL: Final = "cudagraph_guard_journal"
 WORKER_FAULTS: Final = "cudagraph_guard_faults"
+# The events that change what the journal says a process is doing.
+_DOING: Final[dict[type, str]] = {
+    _torch.Compiled: COMPILING,
+    _torch.Recorded: RECORDING,
+    _torch.Replayed: REPLAYING,
+}
 _JOURNAL_LOSS: Final = _torch.Loss(
     "--cudagraph-report", "the last CUDA-graph activity of a test whose process dies"
 )
@@ -47,9 +53,9 @@ class CrashJournal:
             self._observing = True
         _torch.run_ours(_JOURNAL_LOSS, self._writer.start_test, nodeid, self._env.read())
 
-    def _on_event(self, event: str, data: dict[str, Any]) -> None:
+    def _on_event(self, event: _torch.TorchEvent) -> None:
         writer = self._writer
-        activity = journal_activity(event, data)
+        activity = journal_activity(event)
         if writer is not None and activity is not None:
             _torch.run_ours(_JOURNAL_LOSS, writer.note, activity)
 
@@ -63,6 +69,16 @@ class CrashJournal:
             _torch.stop_observing(self._on_event)
             self._observing = False
         self.close_file()
+
+
+def journal_activity(event: _torch.TorchEvent) -> Activity | None:
+    """The journal's reading of one of torch's events; None for an event that is no change of
+    activity."""
+    doing = _DOING.get(type(event))
+    if doing is None:
+        return None
+    backend = getattr(event, "backend", None) or None
+    return Activity(doing, event.thread, event.function, backend)
 
 
 class WorkerFaults:

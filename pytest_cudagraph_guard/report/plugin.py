@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Generator
-from typing import Any, Final
+from typing import Final
 
 import pytest
 
@@ -23,8 +23,8 @@ from ..core.records import (
     no_activity,
 )
 from ..core.settings import EnvReader, SettingsReader
+from .acted_settings import settings_as_acted
 from .activity import TestActivity
-from .compiled_settings import compiled_settings
 from .fail_on import failure_text, findings
 from .formats import ReportFormat
 from .junit import add_junit_properties
@@ -90,6 +90,7 @@ class ReportPlugin:
         activity = None
         if _torch.torch_loaded():
             self._observe()
+            _torch.begin_test()
             activity = TestActivity({})  # the main thread's settings are read when the body starts
         with self._lock:
             self._current = activity
@@ -167,7 +168,7 @@ class ReportPlugin:
         excinfo = call.excinfo
         threaded = call.when == "call" and thread_run_key in item.stash  # its threads tell
         if excinfo is not None and not threaded and not is_skip_or_xfail(excinfo.value):
-            thread = threading.current_thread().name
+            thread = _torch.thread_label()
             state.errors.append(error_record(excinfo.value, thread, self._diagnose_hook))
 
     def _record_for(self, item: pytest.Item, foreign_errors: list[ErrorEntry]) -> TestRecord | None:
@@ -183,7 +184,7 @@ class ReportPlugin:
         settings = (threads.settings if threads is not None else None) or state.settings
         if settings is None and _torch.torch_loaded():
             settings = self._settings_now()
-        shown = compiled_settings(settings or {}, activity)
+        shown = settings_as_acted(settings or {}, activity)
         return new_test_record(
             item.nodeid,
             outcome=overall_outcome(state.outcomes),
@@ -194,6 +195,7 @@ class ReportPlugin:
             errors=_errors(state, threads, foreign_errors),
             leaks=item.stash.get(leaks_key, None),
             settings_at_end=shown.at_end,
+            settings_varied=shown.varied,
             uses_plugin=_uses_plugin(item),
             applied_by=item.stash.get(applied_by_key, None),
         )
@@ -219,24 +221,24 @@ class ReportPlugin:
             _torch.start_observing(self._on_event)
             self.observing = True
 
-    def _on_event(self, event: str, data: dict[str, Any]) -> None:
+    def _on_event(self, event: _torch.TorchEvent) -> None:
         with self._lock:
             if self._current is not None:
-                self._current.add(event, data)
+                self._current.add(event)
 
 
 def _errors(
     state: TestState, threads: ThreadRunFacts | None, foreign_errors: list[ErrorEntry]
 ) -> list[ErrorEntry]:
-    """The marker's threads' errors, the test's own, those of threads it started, and the
-    compiles whose settings diverged from the main thread's."""
+    """The marker's threads' errors, the test's own, those of threads it started, the compiles
+    whose settings diverged from the main thread's, and torch's other findings."""
     errors = [*(threads.errors if threads is not None else ()), *state.errors, *foreign_errors]
     if state.activity is not None:
         if threads is None:
             errors += state.activity.divergences(None)
         else:
             errors += state.activity.divergences(threads.switches, threads.threads)
-        errors += state.activity.cross_thread_graphs()
+        errors += state.activity.findings()
     return errors
 
 

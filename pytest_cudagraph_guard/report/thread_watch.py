@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
+from .. import _torch
 from ..core.diagnosis import DiagnoseHook, error_record
 from ..core.records import ErrorEntry
 
@@ -47,7 +48,9 @@ class ThreadExceptionWatch:
 
     def seen(self, args: threading.ExceptHookArgs) -> None:
         if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
-            name = args.thread.name if args.thread is not None else "<unknown thread>"
+            name = (
+                _torch.thread_label(args.thread) if args.thread is not None else "<unknown thread>"
+            )
             self._seen.append(error_record(args.exc_value, name, self._diagnose_hook))
 
     def _uninstall(self) -> None:

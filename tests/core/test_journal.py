@@ -7,13 +7,10 @@ import signal
 import threading
 from pathlib import Path
 
+from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard.core.crash import ProcessEnd, crash_error, crash_text, end_summary
-from pytest_cudagraph_guard.core.journal import (
-    JournalWriter,
-    journal_activity,
-    journal_reading,
-    read_journal,
-)
+from pytest_cudagraph_guard.core.journal import JournalWriter, journal_reading, read_journal
+from pytest_cudagraph_guard.report.crash_journal import journal_activity
 
 
 def test_a_line_per_change_of_activity_not_per_replay(tmp_path: Path) -> None:
@@ -21,10 +18,10 @@ def test_a_line_per_change_of_activity_not_per_replay(tmp_path: Path) -> None:
     writer = JournalWriter(path)
     writer.start_test("t.py::test_one", {"TORCHINDUCTOR_X": "1"})
     for _ in range(100):
-        activity = journal_activity("replay", {"thread": "drafter-1", "function": "step"})
+        activity = journal_activity(_torch.Replayed("drafter-1", function="step"))
         assert activity is not None
         writer.note(activity)
-    assert journal_activity("skip", {"thread": "drafter-1", "reason": "cpu"}) is None
+    assert journal_activity(_torch.Skipped("drafter-1", "cpu")) is None
     writer.start_test("t.py::test_two", {"TORCHINDUCTOR_X": "1"})
     writer.close()
     lines = read_journal(path)
@@ -45,7 +42,7 @@ def test_a_line_cut_by_the_crash_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "journal"
     writer = JournalWriter(path)
     writer.start_test("t.py::test_one", {})
-    activity = journal_activity("compile", {"thread": "MainThread", "backend": "inductor"})
+    activity = journal_activity(_torch.Compiled("MainThread", "inductor", {}, {}))
     assert activity is not None
     writer.note(activity)
     writer.close()

@@ -225,7 +225,7 @@ class TestGraphs(unittest.TestCase):
 
 def test_unittest_settings_agree_with_activity(gpu_tester: pytest.Pytester) -> None:
     """setUp turns CUDA graphs on, tearDown restores them: the record's settings are those the
-    graphs were recorded with, and the terminal says that value only."""
+    graphs were recorded with; the value at the end is for JSON only."""
     gpu_tester.makepyfile(test_unit=UNITTEST_GPU)
     result = gpu_tester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--cudagraph-report=term-all", "--cudagraph-report=json:r.json"
@@ -236,6 +236,7 @@ def test_unittest_settings_agree_with_activity(gpu_tester: pytest.Pytester) -> N
     assert record["activity"]["replays"] >= 1
     assert record["settings"]["triton.cudagraphs"]["value"] is True
     assert record["settings_at_end"]["triton.cudagraphs"]["value"] is False
+    assert record["settings_varied"] == {}
     words = " ".join(line.strip() for line in result.stdout.lines)  # settings wrap over lines
     assert "triton.cudagraphs=True (test)" in words
     result.stdout.no_fnmatch_line("*at the end*")

@@ -1,0 +1,130 @@
+"""What the observers of torch's CUDA-graph work receive: one small typed record per event, and
+the list of observers they go to.
+
+Every event carries ``thread``, the name of the thread it happened in (``thread_label``); where
+torch makes it cheap, ``function``, the compiled function as its user knows it
+(``step (model.py:12)``). ``settings`` are the cudagraph keys of inductor's config as the acting
+thread saw them: at every compile and recording, and at a replay only while a test has no such
+moment yet (``settings_wanted``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A torch.compile backend call; inductor's with its options."""
+
+    thread: str
+    backend: str
+    options: dict[str, Any]
+    settings: dict[str, Any]
+    function: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cudagraphified:
+    """A compiled graph wrapped for CUDA graphs (``trees``: through CUDAGraph Trees)."""
+
+    thread: str
+    trees: Any
+    function: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A CUDA graph captured (a tree manager's set-up capture is not one)."""
+
+    thread: str
+    settings: dict[str, Any]
+    function: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """A CUDA graph replayed; ``settings`` only at a test's first moment."""
+
+    thread: str
+    settings: dict[str, Any] | None = None
+    function: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """torch ran a graph without CUDA graphs, with its reason."""
+
+    thread: str
+    reason: str
+    function: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CrossThread:
+    """A compiled function's graphs run through the tree manager that ``creator`` made."""
+
+    thread: str
+    creator: str
+    function: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rerecorded:
+    """torch recorded a function's CUDA graph again, with torch's reason."""
+
+    thread: str
+    function: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SlowPath:
+    """torch left the CUDA-graph fast path for a function, with torch's reason."""
+
+    thread: str
+    function: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RanEarlierGraph:
+    """The running test called a compiled graph that an earlier test compiled (once per graph
+    and test)."""
+
+    thread: str
+    function: str | None = None
+
+
+TorchEvent = (
+    Compiled
+    | Cudagraphified
+    | Recorded
+    | Replayed
+    | Skipped
+    | CrossThread
+    | Rerecorded
+    | SlowPath
+    | RanEarlierGraph
+)
+Observer = Callable[[TorchEvent], None]
+
+
+@dataclass
+class _Audience:
+    """The observers, and what every wrapper consults before it does any work: whether a test
+    still waits for its first settings moment, and the number of the running test."""
+
+    observers: list[Observer] = field(default_factory=list)
+    settings_wanted: bool = False
+    test_number: int = 0
+
+
+AUDIENCE: Final = _Audience()
+
+
+def emit(event: TorchEvent) -> None:
+    for observer in list(AUDIENCE.observers):
+        observer(event)

@@ -1,0 +1,280 @@
+"""CUDAGraph Trees' own decisions, observed where torch makes them: a function's graph recorded
+again (and torch's reason), the fast path left, skips decided at run time.
+
+Every wrapper but one runs only when torch records, warms up or decides something rare; the
+exception, ``CUDAGraphNode.check_invariants`` (torch's check before each replay), only keeps the
+reason of a failed check for the recording that follows it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import weakref
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any, Final
+
+from .events import Rerecorded, Skipped, SlowPath, emit
+from .faults import run_ours
+from .patches import PATCHES, Patches, owner_class
+from .runtime import release_tuple
+from .thread_names import thread_label
+from .trees import CUDAGRAPH_TREES
+
+# torch's reason where its check answers a plain bool
+UNNAMED_MISMATCH: Final = "the recorded graph no longer fits its inputs (torch names no reason)"
+NEW_SIZES: Final = "a new input size (torch records one CUDA graph per distinct input size)"
+PENDING_BACKWARD: Final = (
+    "outputs of a previous step still wait for their backward (pending backward), so torch "
+    "cannot start a new step's graphs"
+)
+LIVE_OUTPUTS: Final = (
+    "outputs of graphs run earlier in this step are still alive: torch checkpoints the CUDA "
+    "graph pool to record or warm up beside them"
+)
+PENDING_CHECKPOINT: Final = (
+    "forward outputs still wait for their backward: torch checkpoints the CUDA graph pool to "
+    "record or warm up beside them"
+)
+RERECORD_LIMIT: Final = "re-recording limit"
+# From this release the tree manager logs its run-time skips through one function.
+RUNTIME_SKIPS_LOGGED: Final = (2, 4)
+
+
+class _TreeState(threading.local):
+    """What one thread's tree manager calls leave for the next: the function whose graph is
+    being recorded, and the last failed check of a recorded graph (a weak reference: the
+    graph's memory is torch's to free)."""
+
+    recording: str | None = None
+    mismatch_node: weakref.ref[Any] | None = None
+    mismatch_reason: str = UNNAMED_MISMATCH
+
+
+_HERE: Final = _TreeState()
+# The models a tree function was made for, with how many: a second is a new input size. A model
+# that cannot be referenced weakly is kept by id (one entry per compiled graph).
+_MODELS: Final[weakref.WeakKeyDictionary[Any, int]] = weakref.WeakKeyDictionary()
+_MODELS_BY_ID: Final[dict[int, int]] = {}
+
+
+def recording_function() -> str | None:
+    """The function whose graph the calling thread records now, where a tree manager records."""
+    return _HERE.recording
+
+
+def patch_tree_events(module: ModuleType, manager: type, patches: Patches) -> None:
+    patches.apply(PATCHES["tree_events.record_function"], manager, _observed_record_function)
+    patches.apply(PATCHES["tree_events.checkpoint"], manager, _observed_checkpoint)
+    patches.apply(PATCHES["tree_events.fast_path_warning"], manager, _observed_fast_path_warning)
+    patches.apply(PATCHES["tree_events.cudagraphify"], module, _observed_tree_cudagraphify)
+    if release_tuple() >= RUNTIME_SKIPS_LOGGED:
+        patches.apply(PATCHES["tree_events.runtime_skip"], module, _observed_runtime_skip)
+    row = PATCHES["tree_events.check_invariants"]
+    node = owner_class(module, "CUDAGraphNode", row)
+    if node is not None:
+        patches.apply(row, node, _observed_check_invariants)
+
+
+# --- function names ---------------------------------------------------------------------------
+
+
+def function_name(manager: Any, function_id: Any) -> str:
+    """A compiled function as its user knows it: the innermost user frame of its recorded stack
+    traces (``fn (model.py:12)``), else its tree manager's function id."""
+    traces = getattr(manager, "ids_to_stack_traces", {}).get(function_id)
+    return name_from_traces(traces) or _unnamed(function_id)
+
+
+def _unnamed(function_id: Any) -> str:
+    return f"compiled function #{getattr(function_id, 'id', function_id)}"
+
+
+def name_from_traces(traces: Iterable[Any] | None) -> str | None:
+    for trace in traces or ():
+        frames = [line.strip() for line in str(trace or "").splitlines()]
+        frames = [line for line in frames if line.startswith("File ")]
+        if frames:
+            where, _, name = frames[-1].rpartition(", in ")
+            file_part, _, line_part = where.partition(", line ")
+            file_name = file_part.removeprefix("File ").strip('"').replace("\\", "/")
+            return f"{name} ({file_name.rsplit('/', 1)[-1]}:{line_part})"
+    return None
+
+
+def _node_function(node: Any) -> str:
+    function_id = getattr(getattr(node, "wrapped_function", None), "id", None)
+    return name_from_traces(getattr(node, "stack_traces", None)) or _unnamed(function_id)
+
+
+def _function_id(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return kwargs.get("function_id", args[1] if len(args) > 1 else None)
+
+
+# --- re-recordings ------------------------------------------------------------------------------
+
+
+def _observed_check_invariants(check: Any) -> Any:
+    """torch's check whether a recorded graph may replay for these inputs: a failure's status
+    (``static input data pointer changed``, ...) is the reason of the recording that follows."""
+    trees = sys.modules.get(CUDAGRAPH_TREES)
+    success = getattr(getattr(trees, "CheckInvariantStatus", None), "SUCCESS", None)
+    loss = PATCHES["tree_events.check_invariants"].loss
+    here = _HERE
+
+    def note(node: Any, result: Any) -> None:
+        here.mismatch_node = weakref.ref(node)
+        status = result[0] if isinstance(result, tuple) else None
+        here.mismatch_reason = UNNAMED_MISMATCH if status is None else str(status)
+
+    @functools.wraps(check)
+    def check_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = check(self, *args, **kwargs)
+        if result is False or (type(result) is tuple and result[0] is not success):
+            run_ours(loss, note, self, result)
+        return result
+
+    return check_observed
+
+
+def _observed_record_function(record: Any) -> Any:
+    """Every recording through a tree manager: the function it records (for ``Recorded``), and
+    a re-recording where that function already has a graph at the same place of the tree."""
+    loss = PATCHES["tree_events.record_function"].loss
+    here = _HERE
+
+    def observe(manager: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        function_id = _function_id(args, kwargs)
+        name = function_name(manager, function_id)
+        here.recording = name
+        current = getattr(manager, "current_node", None)
+        places = manager.roots if current is None else current.children
+        siblings = places.get(function_id) or ()
+        if siblings:
+            emit(Rerecorded(thread_label(), name, _mismatch_reason(siblings)))
+
+    @functools.wraps(record)
+    def record_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run_ours(loss, observe, self, args, kwargs)
+        try:
+            return record(self, *args, **kwargs)
+        finally:
+            here.recording = None
+
+    return record_observed
+
+
+def _mismatch_reason(siblings: Iterable[Any]) -> str:
+    """The status of the last failed check of one of these graphs, in this thread."""
+    noted = _HERE.mismatch_node
+    node = noted() if noted is not None else None
+    _HERE.mismatch_node = None
+    if node is not None and any(node is sibling for sibling in siblings):
+        return _HERE.mismatch_reason
+    return UNNAMED_MISMATCH
+
+
+def _observed_tree_cudagraphify(cudagraphify: Any) -> Any:
+    """A tree function made for a model that has one already: torch records a graph for each
+    new input size of a dynamic-shape graph."""
+    loss = PATCHES["tree_events.cudagraphify"].loss
+
+    def observe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        model = kwargs.get("model", args[0] if args else None)
+        if _times_made(model):
+            name = name_from_traces(kwargs.get("stack_traces"))
+            emit(
+                Rerecorded(
+                    thread_label(), name or str(getattr(model, "__name__", model)), NEW_SIZES
+                )
+            )
+
+    @functools.wraps(cudagraphify)
+    def cudagraphify_observed(*args: Any, **kwargs: Any) -> Any:
+        run_ours(loss, observe, args, kwargs)
+        return cudagraphify(*args, **kwargs)
+
+    return cudagraphify_observed
+
+
+def _times_made(model: Any) -> int:
+    """How many tree functions were made for ``model`` before this one."""
+    try:
+        made = _MODELS.get(model, 0)
+        _MODELS[model] = made + 1
+    except TypeError:
+        made = _MODELS_BY_ID.get(id(model), 0)
+        _MODELS_BY_ID[id(model)] = made + 1
+    return made
+
+
+def _observed_runtime_skip(log_skip: Any) -> Any:
+    """The skips a tree manager decides while running (mutated inputs, the re-recording limit
+    reached); the limit is a re-recording finding too."""
+    loss = PATCHES["tree_events.runtime_skip"].loss
+
+    def observe(message: Any) -> None:
+        text = str(message).strip()
+        reason = text.splitlines()[0] if text else "unknown"
+        thread = thread_label()
+        emit(Skipped(thread, reason))
+        if RERECORD_LIMIT in reason:
+            noted = _HERE.mismatch_node
+            node = noted() if noted is not None else None
+            name = _node_function(node) if node is not None else "compiled function"
+            emit(Rerecorded(thread, name, reason))
+
+    @functools.wraps(log_skip)
+    def log_skip_observed(*args: Any, **kwargs: Any) -> Any:
+        run_ours(loss, observe, args[0] if args else kwargs.get("msg", ""))
+        return log_skip(*args, **kwargs)
+
+    return log_skip_observed
+
+
+# --- the slow path ------------------------------------------------------------------------------
+
+
+def _observed_checkpoint(checkpoint: Any) -> Any:
+    """torch checkpoints the CUDA graph pool's allocator state (its slow path) to record or warm
+    up while graphs it ran still have live outputs."""
+    loss = PATCHES["tree_events.checkpoint"].loss
+
+    def observe(manager: Any) -> None:
+        node = getattr(manager, "current_node", None)
+        pending = bool(getattr(manager, "running_forwards_with_pending_backwards", False))
+        reason = PENDING_CHECKPOINT if pending else LIVE_OUTPUTS
+        emit(SlowPath(thread_label(), _node_function(node), reason))
+
+    @functools.wraps(checkpoint)
+    def checkpoint_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run_ours(loss, observe, self)
+        return checkpoint(self, *args, **kwargs)
+
+    return checkpoint_observed
+
+
+def _observed_fast_path_warning(check_warn: Any) -> Any:
+    """torch's warning that a function cannot reach the fast path (``Unable to hit fast path of
+    CUDAGraphs ...``), seen as the function joining the manager's ``warned_functions``."""
+    loss = PATCHES["tree_events.fast_path_warning"].loss
+
+    def warned_before(manager: Any, function_id: Any) -> bool:
+        return function_id in manager.warned_functions
+
+    def observe(manager: Any, function_id: Any) -> None:
+        if function_id in manager.warned_functions:
+            emit(SlowPath(thread_label(), function_name(manager, function_id), PENDING_BACKWARD))
+
+    @functools.wraps(check_warn)
+    def check_warn_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        function_id = args[0] if args else kwargs.get("function_id")
+        before = run_ours(loss, warned_before, self, function_id)
+        result = check_warn(self, *args, **kwargs)
+        if before is False:
+            run_ours(loss, observe, self, function_id)
+        return result
+
+    return check_warn_observed
