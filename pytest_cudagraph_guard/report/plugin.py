@@ -22,7 +22,7 @@ from ..core.records import (
     new_test_record,
     no_activity,
 )
-from ..core.settings import EnvReader, SettingsReader
+from ..core.settings import SettingsReader, UserEnvReader
 from .acted_settings import settings_as_acted
 from .activity import TestActivity
 from .fail_on import failure_text, findings
@@ -66,8 +66,7 @@ class ReportPlugin:
         self._lock = threading.Lock()
         self._extra_keys: list[str] | None = None
         self._settings = SettingsReader()
-        self._env = EnvReader()
-        self._torch_memos: dict[tuple[str, str], bool] = {}
+        self._env = UserEnvReader()
         self._diagnose_hook = hook_diagnoser(config)
         self._thread_watch = ThreadExceptionWatch(self._diagnose_hook)
 
@@ -190,7 +189,7 @@ class ReportPlugin:
             outcome=overall_outcome(state.outcomes),
             where=threads.where if threads is not None else "main",
             settings=shown.settings,
-            env=self._user_env(),
+            env=self._env.read(),
             activity=activity.as_record() if activity is not None else no_activity(),
             errors=_errors(state, threads, foreign_errors),
             leaks=item.stash.get(leaks_key, None),
@@ -199,20 +198,6 @@ class ReportPlugin:
             uses_plugin=_uses_plugin(item),
             applied_by=item.stash.get(applied_by_key, None),
         )
-
-    def _user_env(self) -> dict[str, str]:
-        """The relevant environment variables, less those torch set by itself."""
-        return {
-            name: value
-            for name, value in self._env.read().items()
-            if not self._torch_memo(name, value)
-        }
-
-    def _torch_memo(self, name: str, value: str) -> bool:
-        known = self._torch_memos.get((name, value))
-        if known is None:
-            known = self._torch_memos[(name, value)] = _torch.is_torch_env_memo(name, None, value)
-        return known
 
     # -- torch's events ------------------------------------------------------------------------
 
