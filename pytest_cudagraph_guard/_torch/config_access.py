@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from contextvars import ContextVar
+from contextvars import Context, ContextVar
 from types import ModuleType
 from typing import Any, Final
 
@@ -110,6 +110,28 @@ class ConfigAccess:
             entry.user_override.set(value)
         self.mark_dirty()
         return True
+
+    def adopt_overrides(self, contexts: Iterable[Context]) -> None:
+        """On the ctxvar layout: sets in the calling context each override that one of
+        ``contexts`` (copies of it, since run by threads) holds with another effect; the later
+        context wins. Nothing elsewhere, where overrides are shared by every thread already."""
+        if self.layout != "ctxvar":
+            return
+        adopted = False
+        for key in self.keys():
+            entry = self._config[key]
+            here = entry.user_override.get()
+            for context in contexts:
+                there = context.get(entry.user_override, here)
+                if values_differ(self._in_effect(entry, there), self._in_effect(entry, here)):
+                    entry.user_override.set(there)
+                    here, adopted = there, True
+        if adopted:
+            self.mark_dirty()
+
+    def _in_effect(self, entry: Any, override: Any) -> Any:
+        """What an override means: torch's first read copies a mutable default into it."""
+        return entry.default if override is self._torch_unset else override
 
     def effective(self, key: str, raw: RawEntry | None = None) -> Any:
         """The value a read of ``key`` gives, computed without a read's side effects."""

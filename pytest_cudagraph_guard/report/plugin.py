@@ -13,6 +13,7 @@ from .. import _torch
 from ..core.diagnosis import error_record, hook_diagnoser
 from ..core.facts import ThreadRunFacts, applied_by_key, leaks_key, thread_run_key
 from ..core.markers import SUBPROCESS_MARKER, THREAD_MARKER
+from ..core.options import ReportFormat
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
 from ..core.records import (
     USER_PROPERTY,
@@ -26,7 +27,6 @@ from ..core.settings import EnvReader, SettingsReader
 from .activity import TestActivity
 from .compiled_settings import compiled_settings
 from .fail_on import failure_text, findings
-from .formats import ReportFormat
 from .thread_watch import ThreadExceptionWatch
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})

@@ -7,16 +7,17 @@ import os
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Final, cast
 
 import pytest
 
 from .. import _torch
 from ..core.diagnosis import UNCLASSIFIED
-from ..core.options import OPTION_OF
+from ..core.options import OPTION_OF, ReportFormat
 from ..core.records import (
     USER_PROPERTY,
     Environment,
+    OptionsRecord,
     ReportDocument,
     ReportSummary,
     TestRecord,
@@ -24,7 +25,6 @@ from ..core.records import (
     report_document,
     report_summary,
 )
-from .formats import ReportFormat
 from .render import (
     json_text,
     markdown_text,
@@ -43,9 +43,9 @@ class ReportWriter:
     collects each test's record from its teardown report, prints the terminal section and
     writes the files."""
 
-    def __init__(self, formats: list[ReportFormat], options: dict[str, Any] | None = None) -> None:
+    def __init__(self, formats: list[ReportFormat], options: OptionsRecord | None = None) -> None:
         self.formats = formats
-        self.options = options or {}
+        self.options = options
         self.records: dict[str, TestRecord] = {}
         self.write_errors: list[str] = []
 
@@ -127,7 +127,7 @@ class ReportWriter:
         )
 
 
-def _environment(options: dict[str, Any]) -> Environment:
+def _environment(options: OptionsRecord | None) -> Environment:
     try:
         found = _torch.versions()
     except _torch.TorchNotInstalled:
