@@ -191,7 +191,7 @@ def test_a_bad_marker_argument_is_one_message_once(
     output = result.stdout.str()
     assert output.count(argument) == 1, output
     assert "During handling of the above exception" not in output
-    assert f"test_bad.py::test_body: @pytest.mark.{marker.split('(')[0]}: " in output
+    assert f"test_bad.py::test_body: @pytest.mark.{marker.partition('(')[0]}: " in output
 
 
 def test_the_help_lists_each_option_and_ini_key(ourtester: pytest.Pytester) -> None:
