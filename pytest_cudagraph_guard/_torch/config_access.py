@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from contextvars import Context, ContextVar
+from contextvars import Context, ContextVar, copy_context
 from types import ModuleType
 from typing import Any, Final
 
@@ -39,6 +39,7 @@ class ConfigAccess:
         self._torch_unset: object = _torch_unset_sentinel(module, self.layout)
         self._pristine_keys = tuple(self._config)
         self._cudagraph_keys: list[str] | None = None
+        self._override_vars: dict[ContextVar[Any], Any] | None = None
         self._alias_keys = frozenset(
             key for key, entry in self._config.items() if getattr(entry, "alias", None)
         )
@@ -117,17 +118,28 @@ class ConfigAccess:
         context wins. Nothing elsewhere, where overrides are shared by every thread already."""
         if self.layout != "ctxvar":
             return
+        entries = self._entries_by_override()
+        here = copy_context()
         adopted = False
-        for key in self.keys():
-            entry = self._config[key]
-            here = entry.user_override.get()
-            for context in contexts:
-                there = context.get(entry.user_override, here)
-                if values_differ(self._in_effect(entry, there), self._in_effect(entry, here)):
-                    entry.user_override.set(there)
-                    here, adopted = there, True
+        for context in contexts:
+            for var, there in context.items():  # only what is set there: cheap
+                entry = entries.get(var)
+                if entry is None or here.get(var, UNSET) is there:
+                    continue
+                if values_differ(self._in_effect(entry, there), self._in_effect(entry, var.get())):
+                    var.set(there)
+                    adopted = True
         if adopted:
             self.mark_dirty()
+
+    def _entries_by_override(self) -> dict[ContextVar[Any], Any]:
+        if self._override_vars is None:
+            self._override_vars = {
+                entry.user_override: entry
+                for key, entry in self._config.items()
+                if key not in self._alias_keys
+            }
+        return self._override_vars
 
     def _in_effect(self, entry: Any, override: Any) -> Any:
         """What an override means: torch's first read copies a mutable default into it."""

@@ -29,15 +29,29 @@ LEAK: Final = "leak"
 CUDAGRAPH_SKIP: Final = "cudagraph-skip"
 FAIL_ON_KINDS: Final = (*ALL_KINDS, LEAK, CUDAGRAPH_SKIP)
 FORMAT_HELP: Final = "term, term-all, json:PATH or md:PATH"
-# The option that applies each marker to a suite's unmarked tests.
-OPTION_OF: Final = {
-    THREAD_MARKER: "--cudagraph-threads",
-    SUBPROCESS_MARKER: "--cudagraph-subprocess",
-}
 # The words pytest's own bool ini keys accept.
 TRUE_WORDS: Final = ("1", "true", "t", "yes", "y", "on")
 FALSE_WORDS: Final = ("0", "false", "f", "no", "n", "off")
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+COMMAND_LINE_ONLY: Final = frozenset({"settings"})
+INI_ONLY: Final = frozenset({"cuda_ahead", "spares", "process_env"})
+
+
+def ini_key(name: str) -> str:
+    """The ini key of the option ``name`` (a field of :class:`PluginOptions`)."""
+    return INI_PREFIX + name
+
+
+def option_flag(name: str) -> str:
+    """The command-line option of the option ``name``."""
+    return "--" + ini_key(name).replace("_", "-")
+
+
+# The option that applies each marker to a suite's unmarked tests.
+OPTION_OF: Final = {
+    THREAD_MARKER: option_flag("threads"),
+    SUBPROCESS_MARKER: option_flag("subprocess"),
+}
 
 
 class ReportFormat(NamedTuple):
@@ -65,16 +79,13 @@ class PluginOptions:
     spares: int | None = None  # processes set up ahead per zygote; None: automatic
     process_env: tuple[tuple[str, str], ...] = ()  # set in every test process
     settings: bool = False  # print the settings and exit
-    origins: tuple[tuple[str, str], ...] = ()  # (field, where its value came from), every field
+    # (field, where its value came from: "--cudagraph-threads", "ini option cudagraph_threads"
+    # or "default"), for every field
+    origins: tuple[tuple[str, str], ...] = ()
 
     @property
     def applies_markers(self) -> bool:
         return self.threads > 0 or self.subprocess
-
-    def origin(self, name: str) -> str:
-        """Where the field ``name`` got its value: ``--cudagraph-threads``, ``ini option
-        cudagraph_threads`` or ``default``."""
-        return dict(self.origins).get(name, DEFAULT_ORIGIN)
 
     def as_record(self) -> OptionsRecord:
         """The options as the report's environment shows them (``settings`` is never on in a
@@ -121,18 +132,6 @@ def resolve_options(config: pytest.Config) -> PluginOptions:
         values[field.name] = read(raw, origin)
         origins.append((field.name, origin))
     return PluginOptions(**values, origins=tuple(origins))
-
-
-def option_flag(name: str) -> str:
-    return "--" + ini_key(name).replace("_", "-")
-
-
-def ini_key(name: str) -> str:
-    return INI_PREFIX + name
-
-
-COMMAND_LINE_ONLY: Final = frozenset({"settings"})
-INI_ONLY: Final = frozenset({"cuda_ahead", "spares", "process_env"})
 
 
 def _given(config: pytest.Config, name: str) -> tuple[Any, str] | None:
