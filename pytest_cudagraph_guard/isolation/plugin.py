@@ -89,7 +89,8 @@ class IsolationPlugin:
         if self._runner is None:
             from .pool import SubprocessRunner
 
-            self._runner = SubprocessRunner(import_time=dict(self.options.process_env))
+            names = [name for name, _ in self.options.process_env]
+            self._runner = SubprocessRunner(import_time=names)
             self.config.add_cleanup(self._runner.close)
         return self._runner
 

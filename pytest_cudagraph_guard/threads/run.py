@@ -114,8 +114,8 @@ class ThreadRun:
         __tracebackhide__ = True
         if _torch.torch_loaded():  # else a suite option's torch-free test: nothing to ready
             _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
-        # From torch 2.12 the threads' overrides live and die in their own contexts.
         switches = self.options.switches
+        # From torch 2.12 the threads' overrides live and die in their own contexts.
         before = (
             config_state.Snapshot.take() if switches and _torch.config_is_process_wide() else None
         )
