@@ -22,8 +22,6 @@ from .core.warnings import (
 
 T = TypeVar("T")
 
-GUARD_MODES: Final = ("restore", "warn", "fail", "off")
-DEFAULT_GUARD_MODE: Final = "warn"
 _PACKAGE: Final = Path(__file__).resolve().parent
 _CHECKING: Final = _torch.Loss("--cudagraph-guard", "leak checks")
 

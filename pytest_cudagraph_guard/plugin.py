@@ -17,18 +17,19 @@ from .core.markers import (
     THREAD_MARKER,
     THREAD_MARKER_DOC,
     MarkerError,
+    applied_by_option,
     describe_error,
+    item_subprocess_options,
     item_thread_options,
     plugin_marks,
-    subprocess_options,
 )
-from .core.options import add_options, suite_options
+from .core.option_declarations import add_options
+from .core.options import plugin_options
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .isolation.plugin import IsolationPlugin, is_child
-from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
+from .leak_guard import LeakGuard
 from .notices import NoticesPlugin
-from .report.formats import FORMAT_HELP, requested_formats
-from .suite import SuitePlugin
+from .suite import CudagraphsOn, SuitePlugin
 from .threads.plugin import ThreadsPlugin
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
@@ -39,58 +40,12 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("cudagraph-guard", "CUDA graphs and torch config (cudagraph-guard)")
-    group.addoption(
-        "--cudagraph-guard",
-        dest="cudagraph_guard",
-        choices=GUARD_MODES,
-        default=None,
-        help=(
-            "what to do when a test leaves torch._inductor/_dynamo config or TORCHINDUCTOR_*, "
-            "TORCHDYNAMO_*, TORCH_COMPILE* variables changed: restore them silently, warn "
-            "(restore and warn), fail (restore and error the test), or off. "
-            f"Default: ini cudagraph_guard, else {DEFAULT_GUARD_MODE}."
-        ),
-    )
-    parser.addini(
-        "cudagraph_guard",
-        help=f"default for --cudagraph-guard: one of {', '.join(GUARD_MODES)}",
-        default=DEFAULT_GUARD_MODE,
-    )
-    group.addoption(
-        "--cudagraph-report",
-        dest="cudagraph_report",
-        action="append",
-        nargs="?",
-        const="term",
-        metavar="FORMAT",
-        help=(
-            "report, per test, the effective cudagraph settings with their source, the CUDA-graph "
-            f"work that happened and every thread/TLS error; FORMAT is {FORMAT_HELP} "
-            "(default term); repeatable"
-        ),
-    )
-    parser.addini(
-        "cudagraph_report",
-        type="args",
-        help=f"report formats when --cudagraph-report is not given: {FORMAT_HELP}",
-        default=[],
-    )
-    add_options(parser, group)
-    group.addoption(
-        "--cudagraph-settings",
-        dest="cudagraph_settings",
-        action="store_true",
-        help=(
-            "print the effective cudagraph settings with their sources, the relevant "
-            "environment variables, versions and GPUs, then exit without running tests"
-        ),
-    )
+    add_options(parser)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    if not config.getoption("cudagraph_settings"):
+    if not plugin_options(config).settings:
         return None
     from .core.settings import print_settings
 
@@ -102,20 +57,21 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 def pytest_configure(config: pytest.Config) -> None:
     for doc in (THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, MAIN_THREAD_MARKER_DOC):
         config.addinivalue_line("markers", doc)
-    options = suite_options(config)
+    options = plugin_options(config)
     register = config.pluginmanager.register
+    guard = LeakGuard(options.guard) if options.guard != "off" else None
     if options.applies_markers:  # registered first: its trylast marking runs before the features'
         register(SuitePlugin(options), plugin_names.SUITE)
-    mode = _guard_mode(config)
-    if mode != "off":
-        guard = LeakGuard(mode)
+    if options.on:
+        register(CudagraphsOn(guard.take_in if guard else None), plugin_names.CUDAGRAPHS_ON)
+    if guard is not None:
         register(guard, plugin_names.LEAK_GUARD)
         config.add_cleanup(guard.close)
     register(NoticesPlugin(), plugin_names.NOTICES)  # after the guard: its teardown is outermost
     register(ThreadsPlugin(), plugin_names.THREADS)
     if not is_child(config):
         register(IsolationPlugin(config), plugin_names.ISOLATION)
-    formats = requested_formats(config)
+    formats = list(options.report)
     if formats or options.fail_on:  # --cudagraph-fail-on reads the records
         from .report.plugin import ReportPlugin
 
@@ -131,25 +87,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A marked test: its marker's arguments checked, skipped without torch or a CUDA device
-    that the marker requires."""
+    """A marked test: its marker's arguments checked; skipped without torch (where the marker is
+    the test's own: a suite option runs a torch-free test all the same) or without a CUDA
+    device that the marker requires."""
     thread_mark, process_mark = plugin_marks(item)
     if thread_mark is None and process_mark is None:
         return
-    try:
-        timeout = suite_options(item.config).timeout
-        thread = (
-            item_thread_options(item, thread_mark, timeout) if thread_mark is not None else None
-        )
-        process = subprocess_options(process_mark) if process_mark is not None else None
-    except MarkerError as error:
-        marker = THREAD_MARKER if thread_mark is not None else SUBPROCESS_MARKER
-        pytest.fail(describe_error(item.nodeid, marker, error), pytrace=False)
-    try:
-        _torch.import_torch()
-    except _torch.TorchNotInstalled:
-        pytest.skip("torch is not installed")
-    require_cuda = any(o.require_cuda for o in (thread, process) if o is not None)
+    torch_installed = _torch_installed()
+    failure, require_cuda = _check_markers(item, thread_mark, process_mark, torch_installed)
+    if failure is not None:  # outside the handler: one message, with no chained exception
+        pytest.fail(failure, pytrace=False)
+    if not torch_installed:
+        if applied_by_option(item) is None:
+            pytest.skip("torch is not installed")
+        return
     if require_cuda and not _torch.cuda_visible():
         pytest.skip("CUDA is not available")
 
@@ -166,17 +117,39 @@ def _crash_records(config: pytest.Config) -> None:
         config.pluginmanager.register(WorkerCrashes(config))
 
 
+def _check_markers(
+    item: pytest.Item,
+    thread_mark: pytest.Mark | None,
+    process_mark: pytest.Mark | None,
+    torch_installed: bool,
+) -> tuple[str | None, bool]:
+    """The error of a marker's bad argument (None: none), and whether a marker requires CUDA."""
+    options = plugin_options(item.config)
+    require_cuda = False
+    marker = THREAD_MARKER
+    try:
+        if thread_mark is not None:
+            marker = THREAD_MARKER
+            thread = item_thread_options(
+                item, thread_mark, options.timeout, torch_installed=torch_installed
+            )
+            require_cuda = thread.require_cuda
+        if process_mark is not None:
+            marker = SUBPROCESS_MARKER
+            process = item_subprocess_options(item, process_mark, options.timeout, options.on)
+            require_cuda = require_cuda or process.require_cuda
+    except MarkerError as error:
+        return describe_error(item.nodeid, marker, error), False
+    return None, require_cuda
+
+
+def _torch_installed() -> bool:
+    try:
+        _torch.import_torch()
+    except _torch.TorchNotInstalled:
+        return False
+    return True
+
+
 def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
-
-
-def _guard_mode(config: pytest.Config) -> str:
-    option = config.getoption("cudagraph_guard")
-    if option is not None:
-        return str(option)
-    value = str(config.getini("cudagraph_guard")).strip()
-    if value not in GUARD_MODES:
-        raise pytest.UsageError(
-            f"ini option cudagraph_guard = {value!r} is not one of {', '.join(GUARD_MODES)}"
-        )
-    return value

@@ -1,19 +1,29 @@
 """``--cudagraph-threads`` and ``--cudagraph-subprocess``: a suite's tests run as if marked,
-without editing them. A test's own marker, or ``cudagraph_main_thread``, wins."""
+without editing them, each seeing the config it would see in the main thread. A test's own
+marker, or ``cudagraph_main_thread``, wins. ``--cudagraph-on``: CUDA graphs on for every test."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Generator
+from typing import Final, TypeVar
 
 import pytest
 
+from . import _torch
 from .core.facts import applied_by_key
-from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
-from .core.options import OPTION_OF, SuiteOptions
+from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
+from .core.options import OPTION_OF, PluginOptions
+
+ON_OPTION: Final = "--cudagraph-on"
+_SWITCHING: Final = _torch.Loss(ON_OPTION, "CUDA graphs on for the tests of this process")
+
+T = TypeVar("T")
+TakeIn = Callable[[Callable[[], None]], None]
 
 
 class SuitePlugin:
-    def __init__(self, options: SuiteOptions) -> None:
+    def __init__(self, options: PluginOptions) -> None:
         self.marks: list[pytest.MarkDecorator] = []
         if options.threads > 0:
             self.marks.append(
@@ -45,3 +55,47 @@ def _keeps_its_own(item: pytest.Item) -> bool:
         item.get_closest_marker(name) is not None
         for name in (THREAD_MARKER, SUBPROCESS_MARKER, MAIN_THREAD_MARKER)
     )
+
+
+class CudagraphsOn:
+    """``--cudagraph-on`` for the tests that run in this process: CUDA graphs on around each
+    test (its threads carry them in), put back after it; through ``take_in`` (the leak guard's),
+    neither is a change of the test's. A test in a test process of its own gets them there."""
+
+    def __init__(self, take_in: TakeIn | None) -> None:
+        self.take_in = take_in
+        self.stopped = False
+
+    def pytest_report_collectionfinish(self) -> str:
+        return f"triton.cudagraphs and triton.cudagraph_trees on for every test by {ON_OPTION}"
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, object, object]:
+        if plugin_marks(item)[1] is not None:  # its test process turns them on
+            return (yield)
+        put_back = self._change(_torch.cudagraphs_on_for_now)
+        try:
+            return (yield)
+        finally:
+            if put_back is not None:
+                self._change(put_back)
+
+    def _change(self, change: Callable[[], T]) -> T | None:
+        """``change()``, through ``take_in``; None where torch is not installed or a failure of
+        ours stopped switching for the session."""
+        if self.stopped:
+            return None
+        made: list[T] = []
+        try:
+            if self.take_in is None:
+                made.append(change())
+            else:
+                self.take_in(lambda: made.append(change()))
+        except _torch.TorchNotInstalled:
+            self.stopped = True  # nothing to switch
+        except Exception as error:
+            self.stopped = True
+            _torch.note_internal_error(_SWITCHING, error)
+        return made[0] if made else None

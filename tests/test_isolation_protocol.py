@@ -49,6 +49,7 @@ def test_a_test_process_path_adds_the_markers_pythonpath_after_the_first_entry()
         "args": [],
         "nodearg": None,
         "trees": True,
+        "switches": True,
         "set_up_next": False,
         "session_modules": preloads.no_modules(),
         "results": None,

@@ -150,7 +150,7 @@ def test_threads_option_on_a_unittest_case(ourtester: pytest.Pytester) -> None:
             assert sorted(set(SET_UP)) == [f"cudagraph-thread-{i}" for i in range(4)]
         """
     )
-    result = ourtester.runpytest("--cudagraph-threads=4", "-p", "no:randomly")
+    result = ourtester.runpytest("--cudagraph-threads=4", "--cudagraph-on", "-p", "no:randomly")
     result.assert_outcomes(passed=2, failed=1, skipped=1, xfailed=1)
     result.stdout.fnmatch_lines(["*[[]4 of 4 threads: cudagraph-thread-0, *] raised this"])
 

@@ -26,9 +26,11 @@ from .counting import (
     stop_counting,
 )
 from .cudagraph_settings import (
+    adopt_thread_overrides,
     apply_cudagraph_settings,
     config_is_process_wide,
     cudagraph_switches_here,
+    cudagraphs_on_for_now,
     settings_can_wait_for_import,
 )
 from .env_sources import env_names, env_variables_read, is_torch_env_memo
@@ -97,6 +99,7 @@ __all__ = [
     "SlowPath",
     "TorchEvent",
     "TorchNotInstalled",
+    "adopt_thread_overrides",
     "alias_written",
     "apply_cudagraph_settings",
     "begin_fault_session",
@@ -109,6 +112,7 @@ __all__ = [
     "creates_thread_state_lazily",
     "cuda_visible",
     "cudagraph_switches_here",
+    "cudagraphs_on_for_now",
     "ensure_cudagraph_tls",
     "env_names",
     "env_variables_read",

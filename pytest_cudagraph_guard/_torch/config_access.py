@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from contextvars import ContextVar
+from contextvars import Context, ContextVar, copy_context
 from types import ModuleType
 from typing import Any, Final
 
@@ -39,6 +39,7 @@ class ConfigAccess:
         self._torch_unset: object = _torch_unset_sentinel(module, self.layout)
         self._pristine_keys = tuple(self._config)
         self._cudagraph_keys: list[str] | None = None
+        self._override_vars: dict[ContextVar[Any], Any] | None = None
         self._alias_keys = frozenset(
             key for key, entry in self._config.items() if getattr(entry, "alias", None)
         )
@@ -110,6 +111,39 @@ class ConfigAccess:
             entry.user_override.set(value)
         self.mark_dirty()
         return True
+
+    def adopt_overrides(self, contexts: Iterable[Context]) -> None:
+        """On the ctxvar layout: sets in the calling context each override that one of
+        ``contexts`` (copies of it, since run by threads) holds with another effect; the later
+        context wins. Nothing elsewhere, where overrides are shared by every thread already."""
+        if self.layout != "ctxvar":
+            return
+        entries = self._entries_by_override()
+        here = copy_context()
+        adopted = False
+        for context in contexts:
+            for var, there in context.items():  # only what is set there: cheap
+                entry = entries.get(var)
+                if entry is None or here.get(var, UNSET) is there:
+                    continue
+                if values_differ(self._in_effect(entry, there), self._in_effect(entry, var.get())):
+                    var.set(there)
+                    adopted = True
+        if adopted:
+            self.mark_dirty()
+
+    def _entries_by_override(self) -> dict[ContextVar[Any], Any]:
+        if self._override_vars is None:
+            self._override_vars = {
+                entry.user_override: entry
+                for key, entry in self._config.items()
+                if key not in self._alias_keys
+            }
+        return self._override_vars
+
+    def _in_effect(self, entry: Any, override: Any) -> Any:
+        """What an override means: torch's first read copies a mutable default into it."""
+        return entry.default if override is self._torch_unset else override
 
     def effective(self, key: str, raw: RawEntry | None = None) -> Any:
         """The value a read of ``key`` gives, computed without a read's side effects."""

@@ -4,9 +4,18 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable, Iterable
+from contextvars import Context
+from typing import Any, Final
 
-from .config_access import CUDAGRAPH_SWITCHES, INDUCTOR_CONFIG, import_config, loaded_config
+from .config_access import (
+    CUDAGRAPH_SWITCHES,
+    INDUCTOR_CONFIG,
+    import_config,
+    loaded_config,
+    loaded_guarded_configs,
+)
+from .faults import Loss, run_ours
 from .runtime import release_tuple
 from .values import RawEntry
 
@@ -22,6 +31,33 @@ def apply_cudagraph_settings(trees: bool) -> None:
     for key, value in zip(CUDAGRAPH_SWITCHES, values, strict=True):
         config.write(key, RawEntry(value, config.raw(key).default, False))
     config.mark_dirty()
+
+
+def cudagraphs_on_for_now(trees: bool = True) -> Callable[[], None]:
+    """``apply_cudagraph_settings(trees)``; returns the function that puts both switches back,
+    in the calling context, as they were before."""
+    config = import_config(INDUCTOR_CONFIG)
+    saved = [(key, config.saved(key)) for key in CUDAGRAPH_SWITCHES]
+    apply_cudagraph_settings(trees)
+
+    def put_back() -> None:
+        for key, raw in saved:
+            config.write(key, raw)
+        config.mark_dirty()
+
+    return put_back
+
+
+_ADOPTING: Final = Loss("--cudagraph-threads", "config changes made in its threads, as leaks")
+
+
+def adopt_thread_overrides(contexts: Iterable[Context]) -> None:
+    """From torch 2.12, where threads' config overrides die with their contexts: what threads
+    that ran in copies of the calling context left set there, set here too, as if the calling
+    thread had made it (so that the leak guard sees it). Ours failing loses only that."""
+    finished = list(contexts)
+    for config in loaded_guarded_configs():
+        run_ours(_ADOPTING, config.adopt_overrides, finished)
 
 
 def cudagraph_switches_here() -> dict[str, Any]:

@@ -8,6 +8,8 @@ from typing import Any, Final, NamedTuple
 
 import pytest
 
+from .facts import applied_by_key
+
 THREAD_MARKER: Final = "cudagraph_thread"
 SUBPROCESS_MARKER: Final = "cudagraph_subprocess"
 MAIN_THREAD_MARKER: Final = "cudagraph_main_thread"
@@ -52,15 +54,23 @@ class ThreadOptions(NamedTuple):
     trees: bool = True
     tls: str = "native"
     require_cuda: bool = False
+    # Not an argument: whether the threads turn CUDA graphs on (a marker of the test's own does,
+    # one that --cudagraph-threads applied does not: the threads see the main thread's config).
+    switches: bool = True
 
 
-def thread_options(mark: pytest.Mark, default_timeout: float | None = None) -> ThreadOptions:
+THREAD_ARGUMENTS: Final = ThreadOptions._fields[:-1]
+
+
+def thread_options(
+    mark: pytest.Mark, default_timeout: float | None = None, *, switches: bool = True
+) -> ThreadOptions:
     """The validated arguments of a ``cudagraph_thread`` marker; ``default_timeout`` (from
     ``--cudagraph-timeout``) where the marker gives none."""
-    values = _bind(mark, ThreadOptions._fields, positional=("threads",))
+    values = _bind(mark, THREAD_ARGUMENTS, positional=("threads",))
     if default_timeout is not None:
         values.setdefault("timeout", default_timeout)
-    options = ThreadOptions(**values)
+    options = ThreadOptions(**values, switches=switches)
     _check_positive_int(options.threads, "threads")
     _check_positive_number(options.timeout, "timeout")
     _check_bool(options.trees, "trees")
@@ -74,13 +84,22 @@ _thread_options_key = pytest.StashKey[ThreadOptions]()
 
 
 def item_thread_options(
-    item: pytest.Item, mark: pytest.Mark, default_timeout: float | None
+    item: pytest.Item,
+    mark: pytest.Mark,
+    default_timeout: float | None,
+    *,
+    torch_installed: bool = True,
 ) -> ThreadOptions:
-    """``thread_options`` of the test's marker, read once per test (its set-up checks them,
-    its call phase runs with them)."""
+    """``thread_options`` of the test's marker, read once per test: its set-up checks them (and
+    says whether torch is installed), its call phase runs with them. Threads that a suite
+    option applied switch nothing, and without torch they have nothing to ready."""
     options = item.stash.get(_thread_options_key, None)
     if options is None:
-        options = item.stash[_thread_options_key] = thread_options(mark, default_timeout)
+        applied = applied_by_option(item) is not None
+        options = thread_options(mark, default_timeout, switches=not applied)
+        if applied and not torch_installed:
+            options = options._replace(tls="native")
+        item.stash[_thread_options_key] = options
     return options
 
 
@@ -89,22 +108,41 @@ class SubprocessOptions(NamedTuple):
     trees: bool = True
     env: tuple[tuple[str, str], ...] = ()
     require_cuda: bool = False
+    # Not an argument: whether the test process turns CUDA graphs on (a marker of the test's own
+    # does, one that --cudagraph-subprocess applied does only under --cudagraph-on).
+    switches: bool = True
+
+
+SUBPROCESS_ARGUMENTS: Final = SubprocessOptions._fields[:-1]
 
 
 def subprocess_options(
-    mark: pytest.Mark, default_timeout: float | None = None
+    mark: pytest.Mark, default_timeout: float | None = None, *, switches: bool = True
 ) -> SubprocessOptions:
     """The validated arguments of a ``cudagraph_subprocess`` marker; ``default_timeout`` (from
     ``--cudagraph-timeout``) where the marker gives none."""
-    values = _bind(mark, SubprocessOptions._fields, positional=())
+    values = _bind(mark, SUBPROCESS_ARGUMENTS, positional=())
     if default_timeout is not None:
         values.setdefault("timeout", default_timeout)
     env = values.pop("env", None)
-    options = SubprocessOptions(**values, env=_check_env(env))
+    options = SubprocessOptions(**values, env=_check_env(env), switches=switches)
     _check_positive_number(options.timeout, "timeout")
     _check_bool(options.trees, "trees")
     _check_bool(options.require_cuda, "require_cuda")
     return options
+
+
+def item_subprocess_options(
+    item: pytest.Item, mark: pytest.Mark, default_timeout: float | None, cudagraphs_on: bool
+) -> SubprocessOptions:
+    """``subprocess_options`` of the test's marker; ``cudagraphs_on``: ``--cudagraph-on``."""
+    switches = cudagraphs_on or applied_by_option(item) is None
+    return subprocess_options(mark, default_timeout, switches=switches)
+
+
+def applied_by_option(item: pytest.Item) -> str | None:
+    """The suite option that applied a marker of the plugin to ``item``; None: its own."""
+    return item.stash.get(applied_by_key, None)
 
 
 def describe_error(nodeid: str, marker: str, error: MarkerError) -> str:

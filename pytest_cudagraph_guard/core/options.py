@@ -1,211 +1,281 @@
-"""The options that guard a whole suite without editing it, read once per session.
+"""Every option and ini key of the plugin, resolved once per session into one frozen
+:class:`PluginOptions`: the command line, else the ini file, else the default, each value with
+where it came from. A bad value is one usage error that names that origin and the value.
 
-Each is a command-line option and an ini key of the same name; the command line wins. A bad
-value is a usage error that names the option or ini key and the value.
+The declarations (``pytest_addoption``) are in :mod:`.option_declarations`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Final
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Final, NamedTuple
 
 import pytest
 
 from .diagnosis import ALL_KINDS
 from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
+from .records import OptionsRecord
 
-FINDING_KINDS: Final = ("leak", "cudagraph-skip")
-FAIL_ON_KINDS: Final = (*ALL_KINDS, *FINDING_KINDS)
+DEFAULT_ORIGIN: Final = "default"
+INI_PREFIX: Final = "cudagraph_"
+GUARD_MODES: Final = ("restore", "warn", "fail", "off")
+DEFAULT_GUARD_MODE: Final = "warn"
+# Kinds of --cudagraph-fail-on that are not errors' kinds: what the guard and the skips find.
+LEAK: Final = "leak"
+CUDAGRAPH_SKIP: Final = "cudagraph-skip"
+FAIL_ON_KINDS: Final = (*ALL_KINDS, LEAK, CUDAGRAPH_SKIP)
+FORMAT_HELP: Final = "term, term-all, json:PATH or md:PATH"
+# The words pytest's own bool ini keys accept.
+TRUE_WORDS: Final = ("1", "true", "t", "yes", "y", "on")
+FALSE_WORDS: Final = ("0", "false", "f", "no", "n", "off")
+ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+COMMAND_LINE_ONLY: Final = frozenset({"settings"})
+INI_ONLY: Final = frozenset({"cuda_ahead", "spares", "process_env"})
+
+
+def ini_key(name: str) -> str:
+    """The ini key of the option ``name`` (a field of :class:`PluginOptions`)."""
+    return INI_PREFIX + name
+
+
+def option_flag(name: str) -> str:
+    """The command-line option of the option ``name``."""
+    return "--" + ini_key(name).replace("_", "-")
+
+
 # The option that applies each marker to a suite's unmarked tests.
 OPTION_OF: Final = {
-    THREAD_MARKER: "--cudagraph-threads",
-    SUBPROCESS_MARKER: "--cudagraph-subprocess",
+    THREAD_MARKER: option_flag("threads"),
+    SUBPROCESS_MARKER: option_flag("subprocess"),
 }
 
 
+class ReportFormat(NamedTuple):
+    kind: str  # term, term-all, json or md
+    path: Path | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.path is None else f"{self.kind}:{self.path}"
+
+
 @dataclass(frozen=True)
-class SuiteOptions:
+class PluginOptions:
+    """The session's options; each field is the ini key less ``cudagraph_`` (``on``: the ini key
+    ``cudagraph_on``, ``--cudagraph-on``)."""
+
+    guard: str = DEFAULT_GUARD_MODE
+    report: tuple[ReportFormat, ...] = ()
     threads: int = 0  # 0: off
     tls: str = "native"
     subprocess: bool = False
+    on: bool = False  # CUDA graphs on for every test
     timeout: float | None = None  # the markers' default timeout where they give none
     fail_on: frozenset[str] = frozenset()
     cuda_ahead: bool = True
     spares: int | None = None  # processes set up ahead per zygote; None: automatic
+    process_env: tuple[tuple[str, str], ...] = ()  # set in every test process
+    settings: bool = False  # print the settings and exit
+    # (field, where its value came from: "--cudagraph-threads", "ini option cudagraph_threads"
+    # or "default"), for every field
+    origins: tuple[tuple[str, str], ...] = ()
 
     @property
     def applies_markers(self) -> bool:
         return self.threads > 0 or self.subprocess
 
-    def as_record(self) -> dict[str, Any]:
-        """The options as the report's environment shows them (builtin types)."""
+    def as_record(self) -> OptionsRecord:
+        """The options as the report's environment shows them (``settings`` is never on in a
+        session that runs tests)."""
         return {
+            "guard": self.guard,
+            "report": [str(fmt) for fmt in self.report],
             "threads": self.threads,
             "tls": self.tls,
             "subprocess": self.subprocess,
+            "on": self.on,
             "timeout": self.timeout,
             "fail_on": sorted(self.fail_on),
+            "cuda_ahead": self.cuda_ahead,
+            "spares": self.spares,
+            "process_env": dict(self.process_env),
+            "origins": {name: origin for name, origin in self.origins if name != "settings"},
         }
 
 
-def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
-    group.addoption(
-        "--cudagraph-threads",
-        dest="cudagraph_threads",
-        metavar="N",
-        default=None,
-        help=(
-            "run every test that has none of the plugin's markers as if marked "
-            "cudagraph_thread(threads=N, tls=--cudagraph-tls); 0 (the default): off"
-        ),
-    )
-    parser.addini("cudagraph_threads", help="default for --cudagraph-threads", default="0")
-    group.addoption(
-        "--cudagraph-tls",
-        dest="cudagraph_tls",
-        default=None,
-        metavar="{native,init}",
-        help="the tls= of the threads that --cudagraph-threads applies (default native)",
-    )
-    parser.addini("cudagraph_tls", help="default for --cudagraph-tls", default="native")
-    group.addoption(
-        "--cudagraph-subprocess",
-        dest="cudagraph_subprocess",
-        action="store_true",
-        default=None,
-        help="run every test that has none of the plugin's markers as if marked "
-        "cudagraph_subprocess(): a test that crashes the interpreter fails alone",
-    )
-    parser.addini(
-        "cudagraph_subprocess",
-        type="bool",
-        help="default for --cudagraph-subprocess",
-        default=False,
-    )
-    group.addoption(
-        "--cudagraph-timeout",
-        dest="cudagraph_timeout",
-        metavar="SECONDS",
-        default=None,
-        help="the default timeout of both markers and of the options that apply them",
-    )
-    parser.addini("cudagraph_timeout", help="default for --cudagraph-timeout", default="")
-    group.addoption(
-        "--cudagraph-fail-on",
-        dest="cudagraph_fail_on",
-        metavar="KIND[,KIND...]",
-        default=None,
-        help=(
-            "fail a test, at teardown, whose record holds one of these kinds: "
-            + ", ".join(FAIL_ON_KINDS)
-        ),
-    )
-    parser.addini("cudagraph_fail_on", help="default for --cudagraph-fail-on", default="")
-    parser.addini(
-        "cudagraph_cuda_ahead",
-        type="bool",
-        help=(
-            "test processes that cudagraph_subprocess sets up ahead initialise CUDA before their "
-            "test, once the session's tests have shown they use it (default true)"
-        ),
-        default=True,
-    )
-    parser.addini(
-        "cudagraph_spares",
-        help=(
-            "how many test processes cudagraph_subprocess sets up ahead: a whole number, or auto "
-            "(the default: one, and once the session's tests use CUDA as many as the cores and "
-            "the GPU's free memory allow, at most 8)"
-        ),
-        default="auto",
-    )
+_options_key = pytest.StashKey[PluginOptions]()
 
 
-def read_options(config: pytest.Config) -> SuiteOptions:
-    return SuiteOptions(
-        threads=_threads(_value(config, "cudagraph_threads")),
-        tls=_tls(_value(config, "cudagraph_tls")),
-        subprocess=bool(_value(config, "cudagraph_subprocess").value),
-        timeout=_timeout(_value(config, "cudagraph_timeout")),
-        fail_on=_kinds(_value(config, "cudagraph_fail_on")),
-        cuda_ahead=bool(config.getini("cudagraph_cuda_ahead")),
-        spares=_spares(_Named(config.getini("cudagraph_spares"), "ini option cudagraph_spares")),
-    )
-
-
-_options_key = pytest.StashKey[SuiteOptions]()
-
-
-def suite_options(config: pytest.Config) -> SuiteOptions:
-    """The session's options, read and checked once."""
+def plugin_options(config: pytest.Config) -> PluginOptions:
+    """The session's options, resolved and checked once (``pytest_configure`` does it first)."""
     options = config.stash.get(_options_key, None)
     if options is None:
-        options = config.stash[_options_key] = read_options(config)
+        options = config.stash[_options_key] = resolve_options(config)
     return options
 
 
-class _Named:
-    """A value and where it came from, for error messages."""
-
-    def __init__(self, value: object, origin: str) -> None:
-        self.value = value
-        self.origin = origin
-
-    def error(self, expected: str) -> pytest.UsageError:
-        return pytest.UsageError(f"{self.origin}: expected {expected}, got {self.value!r}")
-
-
-def _value(config: pytest.Config, name: str) -> _Named:
-    given = config.getoption(name)
-    if given is not None:
-        return _Named(given, "--" + name.replace("_", "-"))
-    return _Named(config.getini(name), f"ini option {name}")
-
-
-def _threads(named: _Named) -> int:
-    text = str(named.value).strip()
-    if not text.isdigit():
-        raise named.error("a whole number of threads (0: off)")
-    return int(text)
+def resolve_options(config: pytest.Config) -> PluginOptions:
+    values: dict[str, Any] = {}
+    origins = []
+    for field in fields(PluginOptions):
+        read = _READERS.get(field.name)
+        if read is None:
+            continue
+        found = _given(config, field.name)
+        if found is None:
+            origins.append((field.name, DEFAULT_ORIGIN))
+            continue
+        raw, origin = found
+        values[field.name] = read(raw, origin)
+        origins.append((field.name, origin))
+    return PluginOptions(**values, origins=tuple(origins))
 
 
-def _spares(named: _Named) -> int | None:
-    text = str(named.value).strip()
-    if text == "auto":
+def _given(config: pytest.Config, name: str) -> tuple[Any, str] | None:
+    """The raw value of option ``name`` and its origin; None where neither the command line
+    nor the ini file gives one."""
+    if name not in INI_ONLY:
+        value = config.getoption(ini_key(name))
+        if value is not None and value is not False:
+            return value, option_flag(name)
+    if name not in COMMAND_LINE_ONLY:
+        value = config.getini(ini_key(name))
+        if not _blank(value):
+            return value, f"ini option {ini_key(name)}"
+    return None
+
+
+def _blank(value: object) -> bool:
+    if isinstance(value, str):
+        return not value.strip()
+    return value is None or value == []
+
+
+# --- one reader per option: (raw value, origin) -> value, or a usage error naming the origin --
+
+
+def _error(origin: str, expected: str, value: object) -> pytest.UsageError:
+    return pytest.UsageError(f"{origin}: expected {expected}, got {value!r}")
+
+
+def _text(value: object) -> str:
+    return str(value).strip()
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object, str], str]:
+    def read(value: object, origin: str) -> str:
+        if _text(value) not in choices:
+            raise _error(origin, _either(choices), value)
+        return _text(value)
+
+    return read
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    return f"{', '.join(choices[:-1])} or {choices[-1]}"
+
+
+def _boolean(value: object, origin: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    word = _text(value).lower()
+    if word not in TRUE_WORDS + FALSE_WORDS:
+        raise _error(origin, "true or false", value)
+    return word in TRUE_WORDS
+
+
+def _whole_number(value: object, origin: str) -> int:
+    if not _text(value).isdigit():
+        raise _error(origin, "a whole number of threads (0: off)", value)
+    return int(_text(value))
+
+
+def _spares(value: object, origin: str) -> int | None:
+    if _text(value) == "auto":
         return None
-    if not text.isdigit():
-        raise named.error("auto or a whole number of processes (0: none)")
-    return int(text)
+    if not _text(value).isdigit():
+        raise _error(origin, "auto or a whole number of processes (0: none)", value)
+    return int(_text(value))
 
 
-def _tls(named: _Named) -> str:
-    text = str(named.value).strip()
-    if text not in TLS_MODES:
-        raise named.error(" or ".join(TLS_MODES))
-    return text
-
-
-def _timeout(named: _Named) -> float | None:
-    text = str(named.value).strip()
-    if not text:
-        return None
+def _seconds(value: object, origin: str) -> float:
     try:
-        seconds = float(text)
+        seconds = float(_text(value))
     except ValueError:
-        raise named.error("a positive number of seconds") from None
+        raise _error(origin, "a positive number of seconds", value) from None
     if not math.isfinite(seconds) or seconds <= 0:
-        raise named.error("a positive number of seconds")
+        raise _error(origin, "a positive number of seconds", value)
     return seconds
 
 
-def _kinds(named: _Named) -> frozenset[str]:
-    raw = named.value if isinstance(named.value, list) else [named.value]
-    kinds = [k.strip() for item in raw for k in str(item).replace(",", " ").split() if k.strip()]
-    unknown = [k for k in kinds if k not in FAIL_ON_KINDS]
+def _words(value: object) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    return [word for item in items for word in str(item).replace(",", " ").split()]
+
+
+def _kinds(value: object, origin: str) -> frozenset[str]:
+    kinds = _words(value)
+    unknown = [kind for kind in kinds if kind not in FAIL_ON_KINDS]
     if unknown:
         raise pytest.UsageError(
-            f"{named.origin}: unknown kind(s) {', '.join(map(repr, unknown))}; "
+            f"{origin}: unknown kind(s) {', '.join(map(repr, unknown))}; "
             f"known kinds: {', '.join(FAIL_ON_KINDS)}"
         )
     return frozenset(kinds)
+
+
+def _formats(value: object, origin: str) -> tuple[ReportFormat, ...]:
+    items = value if isinstance(value, list) else [value]
+    return tuple(_format(str(item), origin) for item in items)
+
+
+def _format(value: str, origin: str) -> ReportFormat:
+    kind, _, path = value.partition(":")
+    if kind in ("term", "term-all") and not path:
+        return ReportFormat(kind)
+    if kind in ("json", "md") and path.strip():
+        return ReportFormat(kind, Path(path))
+    raise pytest.UsageError(
+        f"{origin}: unknown report format {value!r}; use {FORMAT_HELP}" + _path_hint(value, origin)
+    )
+
+
+def _path_hint(value: str, origin: str) -> str:
+    if not origin.startswith("--") or not ("::" in value or Path(value).exists()):
+        return ""
+    return (
+        f" ({value!r} looks like a test path: the option takes the next word as its format, "
+        "so write --cudagraph-report=term before paths, or put the option after them)"
+    )
+
+
+def _environment(value: object, origin: str) -> tuple[tuple[str, str], ...]:
+    lines = value if isinstance(value, list) else str(value).splitlines()
+    found: dict[str, str] = {}
+    for line in (str(line).strip() for line in lines):
+        name, equals, text = line.partition("=")
+        if not line:
+            continue
+        if not (equals and ENV_NAME.fullmatch(name.strip()) and "\0" not in text):
+            raise _error(origin, "lines of NAME=VALUE (NAME: letters, digits and _)", line)
+        found[name.strip()] = text.strip()
+    return tuple(found.items())
+
+
+_READERS: Final[dict[str, Callable[[Any, str], Any]]] = {
+    "guard": _one_of(GUARD_MODES),
+    "report": _formats,
+    "threads": _whole_number,
+    "tls": _one_of(TLS_MODES),
+    "subprocess": _boolean,
+    "on": _boolean,
+    "timeout": _seconds,
+    "fail_on": _kinds,
+    "cuda_ahead": _boolean,
+    "spares": _spares,
+    "process_env": _environment,
+    "settings": _boolean,
+}

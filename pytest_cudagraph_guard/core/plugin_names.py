@@ -12,6 +12,7 @@ ISOLATION: Final = "cudagraph_guard.isolation"
 REPORT: Final = "cudagraph_guard.report"
 REPORT_WRITER: Final = "cudagraph_guard.report_writer"
 SUITE: Final = "cudagraph_guard.suite"
+CUDAGRAPHS_ON: Final = "cudagraph_guard.cudagraphs_on"
 NOTICES: Final = "cudagraph_guard.notices"
 
 

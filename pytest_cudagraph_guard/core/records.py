@@ -93,6 +93,24 @@ class TestRecord(TypedDict):
     applied_by: str | None  # the option that applied the plugin's marker, e.g. --cudagraph-threads
 
 
+class OptionsRecord(TypedDict):
+    """The plugin's options in effect for the session: each under its ini key less
+    ``cudagraph_``, and where each came from."""
+
+    guard: str
+    report: list[str]
+    threads: int
+    tls: str
+    subprocess: bool
+    on: bool
+    timeout: float | None
+    fail_on: list[str]
+    cuda_ahead: bool
+    spares: int | None  # None: auto
+    process_env: dict[str, str]
+    origins: dict[str, str]  # e.g. "--cudagraph-threads", "ini option cudagraph_tls", "default"
+
+
 class Environment(TypedDict):
     """The versions and GPUs the session ran with (None: not installed or not known)."""
 
@@ -102,7 +120,7 @@ class Environment(TypedDict):
     cuda: str | None
     driver: str | None
     gpus: list[str]
-    options: dict[str, Any]  # the suite options of the session
+    options: OptionsRecord | None  # the session's options; None: not known
 
 
 class ReportSummary(TypedDict):
@@ -245,7 +263,7 @@ def environment_record(
     cuda: str | None,
     driver: str | None,
     gpus: list[str],
-    options: dict[str, Any] | None = None,
+    options: OptionsRecord | None = None,
 ) -> Environment:
     return {
         "python": python,
@@ -254,7 +272,7 @@ def environment_record(
         "cuda": cuda,
         "driver": driver,
         "gpus": gpus,
-        "options": options or {},
+        "options": options,
     }
 
 

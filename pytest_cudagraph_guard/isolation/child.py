@@ -111,14 +111,19 @@ def _run_session(child: SubprocessChild) -> int:
     try:
         _torch.import_torch()
     except _torch.TorchNotInstalled:
-        pass  # the plugin skips the test, as it does in the parent
+        pass  # the plugin skips a marked test, as it does in the parent
     else:
-        # A test that never compiles is then spared the second of importing inductor and dynamo.
-        if not _torch.settings_can_wait_for_import() or not _torch.run_after_import(
-            _torch.INDUCTOR_CONFIG, child.apply_cudagraph_settings
-        ):
-            child.apply_cudagraph_settings()
+        if child.request["switches"]:
+            _switch_cudagraphs_on(child)
     return int(pytest.main(list(child.request["args"]), plugins=[child]))
+
+
+def _switch_cudagraphs_on(child: SubprocessChild) -> None:
+    # A test that never compiles is then spared the second of importing inductor and dynamo.
+    if not _torch.settings_can_wait_for_import() or not _torch.run_after_import(
+        _torch.INDUCTOR_CONFIG, child.apply_cudagraph_settings
+    ):
+        child.apply_cudagraph_settings()
 
 
 class SubprocessChild:

@@ -18,7 +18,7 @@ from ..core.crash import ProcessEnd, crash_error, crash_text, death_summary
 from ..core.facts import applied_by_key
 from ..core.journal import journal_reading, read_journal
 from ..core.markers import SUBPROCESS_MARKER, SubprocessOptions
-from ..core.options import suite_options
+from ..core.options import plugin_options
 from ..core.records import (
     USER_PROPERTY,
     ErrorEntry,
@@ -139,13 +139,15 @@ def child_request(
 ) -> ChildRequest:
     """The request for the process that runs ``item``, with its files in ``folder``."""
     params = item.config.invocation_params
+    session = plugin_options(item.config)
     return {
         "cwd": str(params.dir),
-        "env": {**_session_environment(), **dict(options.env)},
+        "env": {**session_environment(session.process_env), **dict(options.env)},
         "sys_path": list(sys.path),
         "args": [str(arg) for arg in params.args],
         "nodearg": node_argument(item),
         "trees": options.trees,
+        "switches": options.switches,
         "set_up_next": set_up_next,
         # What the zygote may load while this test's process starts, for the next ones.
         "session_modules": modules_for_a_zygote(
@@ -153,16 +155,18 @@ def child_request(
         ),
         "results": str(folder / RESULTS_NAME),
         "basetemp": str(folder / "tmp"),
-        "cuda_ahead": suite_options(item.config).cuda_ahead,
-        "spares": suite_options(item.config).spares,
+        "cuda_ahead": session.cuda_ahead,
+        "spares": session.spares,
         "init_cuda": False,
     }
 
 
-def _session_environment() -> dict[str, str]:
+def session_environment(process_env: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """The environment a test process starts from: this process's, less the variable that
-    pytest sets for each test phase (the test process's own session sets it for its test)."""
-    return {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
+    pytest sets for each test phase (the test process's own session sets it for its test),
+    with ini ``cudagraph_process_env``'s variables set."""
+    inherited = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
+    return {**inherited, **dict(process_env)}
 
 
 def node_argument(item: pytest.Item) -> str:
@@ -299,9 +303,9 @@ def _death_record(
 ) -> TestRecord:
     """The record of a test whose process died: what the parent knows of it, and the
     environment the process saw (its journal's; else the one it was given)."""
+    switched = cudagraph_switches(options.trees) if options.switches else {}
     settings: dict[str, SettingEntry] = {
-        key: {"value": value, "source": "test"}
-        for key, value in cudagraph_switches(options.trees).items()
+        key: {"value": value, "source": "test"} for key, value in switched.items()
     }
     record = new_test_record(
         item.nodeid,

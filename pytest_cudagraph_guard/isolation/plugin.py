@@ -7,14 +7,18 @@ a test process loads this module, never those.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import pytest
 
 from ..core import plugin_names
-from ..core.markers import SUBPROCESS_MARKER, MarkerError, plugin_marks, subprocess_options
-from ..core.options import suite_options
+from ..core.markers import (
+    SUBPROCESS_MARKER,
+    MarkerError,
+    item_subprocess_options,
+    plugin_marks,
+)
+from ..core.options import plugin_options
 from .protocol import ChildRequest
 
 if TYPE_CHECKING:
@@ -36,8 +40,7 @@ class IsolationPlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self._runner: SubprocessRunner | None = None
-        self._default_timeout = suite_options(config).timeout
-        self._applied_to_all = suite_options(config).subprocess
+        self.options = plugin_options(config)
 
     def pytest_collectstart(self, collector: pytest.Collector) -> None:
         if isinstance(collector, pytest.Module) and not collector.config.option.collectonly:
@@ -58,7 +61,7 @@ class IsolationPlugin:
         if mark is None:
             return None
         try:
-            options = subprocess_options(mark, self._default_timeout)
+            options = item_subprocess_options(item, mark, self.options.timeout, self.options.on)
         except MarkerError:
             return None  # setup fails the test with the message
         from .controller import run_protocol
@@ -77,14 +80,17 @@ class IsolationPlugin:
     def _prestart(self, module: pytest.Module) -> None:
         """A module whose tests will be marked gets its zygote started before it is imported, so
         that the zygote's imports overlap the module's."""
-        if self._applied_to_all or _names_the_marker(module):
-            self._test_runner().prestart(dict(os.environ))
+        if self.options.subprocess or _names_the_marker(module):
+            from .controller import session_environment
+
+            self._test_runner().prestart(session_environment(self.options.process_env))
 
     def _test_runner(self) -> SubprocessRunner:
         if self._runner is None:
             from .pool import SubprocessRunner
 
-            self._runner = SubprocessRunner()
+            names = [name for name, _ in self.options.process_env]
+            self._runner = SubprocessRunner(import_time=names)
             self.config.add_cleanup(self._runner.close)
         return self._runner
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -161,7 +162,10 @@ class Zygote:
 class SubprocessRunner:
     """Starts and ends the test processes of one pytest session."""
 
-    def __init__(self) -> None:
+    def __init__(self, import_time: Collection[str] = ()) -> None:
+        """``import_time``: names of variables that the zygotes must have as their test
+        processes do (ini ``cudagraph_process_env``'s), besides those of torch and Python."""
+        self.import_time = frozenset(import_time)
         self.folder = SessionFolder()
         self._zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
         self._spawn_reason = "Windows has no fork" if sys.platform == "win32" else None
@@ -196,7 +200,7 @@ class SubprocessRunner:
     # -- processes ---------------------------------------------------------------------------
 
     def _zygote(self, env: dict[str, str]) -> Zygote:
-        key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES)))
+        key = tuple(sorted((k, v) for k, v in env.items() if self._read_at_import(k)))
         zygote = self._zygotes.get(key)
         if zygote is None:
             if len(self._zygotes) >= MAX_ZYGOTES:
@@ -208,6 +212,9 @@ class SubprocessRunner:
             zygote = Zygote(_zygote_env(env), log, folder)
             self._zygotes[key] = zygote
         return zygote
+
+    def _read_at_import(self, name: str) -> bool:
+        return name.startswith(IMPORT_TIME_PREFIXES) or name in self.import_time
 
     def take_notices(self) -> list[str]:
         """What the user should be told, once each, since the last call."""

@@ -52,6 +52,7 @@ class ChildRequest(TypedDict):
     args: list[str]
     nodearg: str | None  # None for a spare, until it gets its test
     trees: bool
+    switches: bool  # CUDA graphs on for the test (False where a suite option ran it here)
     set_up_next: bool  # the next test is marked too: the zygote sets up its process meanwhile
     session_modules: ModuleLists
     results: str | None  # where reports go; None for a spare, until it gets its test

@@ -18,12 +18,13 @@ from .cuda import CudaUse, spares_wanted
 from .forking import RunSpare, TestProcess, fork_hazard, fork_with_output, kill_child
 from .protocol import STDERR_NAME, STDOUT_NAME, ChildRequest
 
-SPARE_CONTEXT = ("cwd", "env", "sys_path", "args", "trees", "cuda_ahead")
+SPARE_CONTEXT = ("cwd", "env", "sys_path", "args", "trees", "switches", "cuda_ahead")
 
 
 def _spare_context(request: ChildRequest) -> str:
     """What a test process has set up before it knows its test: the same for consecutive tests
-    of a session, unless a marker's ``env`` or ``trees`` or the session's environment differ."""
+    of a session, unless a marker's ``env`` or ``trees``, whether the test switches CUDA graphs
+    on, or the session's environment differ."""
     return json.dumps([request.get(key) for key in SPARE_CONTEXT], sort_keys=True, default=repr)
 
 

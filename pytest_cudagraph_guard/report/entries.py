@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..core.diagnosis import FINDING_KINDS, PLUGIN_ERROR, UNCLASSIFIED
+from ..core.options import CUDAGRAPH_SKIP, LEAK
 from ..core.records import ErrorEntry, LeakEntry, SkipEntry, TestRecord
-from .fail_on import CUDAGRAPH_SKIP, LEAK
 
 # torch's reason when a graph's only device is the CPU: it names the devices other than the CPU,
 # and there are none.

@@ -6,11 +6,10 @@ import threading
 from collections.abc import Collection
 from typing import Final
 
+from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
 from ..core.records import TestRecord
 
-LEAK: Final = "leak"
-CUDAGRAPH_SKIP: Final = "cudagraph-skip"
-OPTION: Final = "--cudagraph-fail-on"
+OPTION: Final = option_flag("fail_on")
 
 
 def findings(record: TestRecord, kinds: Collection[str]) -> list[str]:

@@ -13,6 +13,7 @@ from .. import _torch
 from ..core.diagnosis import error_record, hook_diagnoser
 from ..core.facts import ThreadRunFacts, applied_by_key, leaks_key, thread_run_key
 from ..core.markers import SUBPROCESS_MARKER, THREAD_MARKER
+from ..core.options import ReportFormat
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
 from ..core.records import (
     USER_PROPERTY,
@@ -26,7 +27,6 @@ from ..core.settings import SettingsReader, UserEnvReader
 from .acted_settings import settings_as_acted
 from .activity import TestActivity
 from .fail_on import failure_text, findings
-from .formats import ReportFormat
 from .junit import add_junit_properties
 from .thread_watch import ThreadExceptionWatch
 

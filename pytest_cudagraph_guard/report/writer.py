@@ -7,16 +7,17 @@ import os
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Final, cast
 
 import pytest
 
 from .. import _torch
 from ..core.diagnosis import UNCLASSIFIED
-from ..core.options import OPTION_OF
+from ..core.options import OPTION_OF, ReportFormat
 from ..core.records import (
     USER_PROPERTY,
     Environment,
+    OptionsRecord,
     ReportDocument,
     ReportSummary,
     TestRecord,
@@ -24,7 +25,6 @@ from ..core.records import (
     report_document,
     report_summary,
 )
-from .formats import ReportFormat
 from .markdown import markdown_text
 from .render import brief_lines, full_lines, json_text, nothing_to_show_line, worth_a_look
 from .summary import summary_lines
@@ -42,9 +42,9 @@ class ReportWriter:
     collects each test's record from its teardown report, prints the terminal section and
     writes the files."""
 
-    def __init__(self, formats: list[ReportFormat], options: dict[str, Any] | None = None) -> None:
+    def __init__(self, formats: list[ReportFormat], options: OptionsRecord | None = None) -> None:
         self.formats = formats
-        self.options = options or {}
+        self.options = options
         self.records: dict[str, TestRecord] = {}
         self.file_lines: list[tuple[str, bool]] = []  # what became of each file; True: an error
 
@@ -131,7 +131,7 @@ class ReportWriter:
         )
 
 
-def _environment(options: dict[str, Any]) -> Environment:
+def _environment(options: OptionsRecord | None) -> Environment:
     try:
         found = _torch.versions()
     except _torch.TorchNotInstalled:

@@ -10,7 +10,7 @@ import pytest
 from ..core import plugin_names
 from ..core.diagnosis import DiagnoseHook, hook_diagnoser
 from ..core.markers import ThreadOptions, item_thread_options, plugin_marks
-from ..core.options import suite_options
+from ..core.options import plugin_options
 
 
 class ThreadsPlugin:
@@ -80,4 +80,4 @@ def _session_arguments(config: pytest.Config) -> _SessionArguments:
         plugin_names.REPORT
     )
     keys = reporter.extra_keys() if reporter is not None else None
-    return suite_options(config).timeout, hook_diagnoser(config), keys
+    return plugin_options(config).timeout, hook_diagnoser(config), keys

@@ -58,7 +58,7 @@ def thread_runner(
     result = ThreadRunFacts(
         where=f"thread x {options.threads}",
         threads=thread_names(options.threads),
-        switches=cudagraph_switches(options.trees),
+        switches=cudagraph_switches(options.trees) if options.switches else {},
     )
     item.stash[thread_run_key] = result
 
@@ -108,16 +108,23 @@ class ThreadRun:
         self.finished = barrier(options.threads)
         self.bodies_done: set[str] = set()
         self.placement = Placement()
+        self.contexts: list[contextvars.Context] = []  # each thread's, as it left it
 
     def run(self) -> None:
         __tracebackhide__ = True
-        _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
+        if _torch.torch_loaded():  # else a suite option's torch-free test: nothing to ready
+            _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
+        switches = self.options.switches
         # From torch 2.12 the threads' overrides live and die in their own contexts.
-        before = config_state.Snapshot.take() if _torch.config_is_process_wide() else None
+        before = (
+            config_state.Snapshot.take() if switches and _torch.config_is_process_wide() else None
+        )
         if self.options.tls == "init":
             _torch.start_thread_readiness()
         try:
             stuck = self._run_threads(self._context_with_cudagraphs())
+            if not switches:  # what the test changed is its own, as in the main thread
+                _torch.adopt_thread_overrides(self.contexts)
             self._record_errors()  # while what tls="init" adds is in effect, for its hints
         finally:
             if self.options.tls == "init":
@@ -128,7 +135,8 @@ class ThreadRun:
 
     def _context_with_cudagraphs(self) -> contextvars.Context:
         context = contextvars.copy_context()
-        context.run(_torch.apply_cudagraph_settings, self.options.trees)
+        if self.options.switches:  # else (a suite option) the threads see the main thread's
+            context.run(_torch.apply_cudagraph_settings, self.options.trees)
         return context
 
     def _run_threads(self, context: contextvars.Context) -> list[threading.Thread]:
@@ -150,6 +158,7 @@ class ThreadRun:
         try:
             for index, name in enumerate(self.names):
                 own = context if len(self.names) == 1 else context.copy()  # a run's is fresh
+                self.contexts.append(own)
                 thread = threading.Thread(
                     target=own.run, args=(self._thread_main, index), name=name, daemon=True
                 )

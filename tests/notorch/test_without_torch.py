@@ -102,3 +102,47 @@ def test_cudagraph_settings_says_torch_is_not_installed(tester: pytest.Pytester)
     result = tester.runpytest("--cudagraph-settings")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines([f"{NOT_INSTALLED}: no cudagraph settings to show"])
+
+
+TORCH_FREE = """
+import os
+import threading
+
+import pytest
+
+
+def where():
+    with open("where.log", "a") as log:
+        log.write(f"{threading.current_thread().name} {os.getpid()}\\n")
+
+
+@pytest.mark.parametrize("n", range(3))
+def test_torch_free(n):
+    where()
+
+
+@pytest.mark.cudagraph_thread
+def test_marked_by_hand():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("options", "threads", "processes"),
+    [
+        (["--cudagraph-threads=2"], ["cudagraph-thread-0", "cudagraph-thread-1"] * 3, 1),
+        (["--cudagraph-threads=1", "--cudagraph-tls=init"], ["cudagraph-thread-0"] * 3, 1),
+        (["--cudagraph-subprocess"], ["MainThread"] * 3, 3),  # each test in a process of its own
+    ],
+    ids=["threads", "threads-init", "subprocess"],
+)
+def test_the_suite_options_run_every_torch_free_test(
+    tester: pytest.Pytester, options: list[str], threads: list[str], processes: int
+) -> None:
+    tester.makepyfile(TORCH_FREE)
+    result = tester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", *options)
+    result.assert_outcomes(passed=3, skipped=1)  # only the test's own marker skips
+    result.stdout.fnmatch_lines([f"SKIPPED * {NOT_INSTALLED}"])
+    where = [line.split() for line in (tester.path / "where.log").read_text().splitlines()]
+    assert sorted(name for name, _ in where) == sorted(threads)
+    assert len({pid for _, pid in where}) == processes

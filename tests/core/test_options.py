@@ -1,0 +1,205 @@
+"""Every option and ini key of the plugin, resolved once: the command line, else the ini file,
+else the default, each with where it came from, as the report's options show them; a bad value
+is one usage error naming the option or ini key."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from ..conftest import QUIET_INI
+
+ONE_TEST = "def test_one():\n    pass\n"
+REPORT = "--cudagraph-report=json:r.json"
+
+DEFAULTS: dict[str, Any] = {
+    "guard": "warn",
+    "report": ["json:r.json"],
+    "threads": 0,
+    "tls": "native",
+    "subprocess": False,
+    "on": False,
+    "timeout": None,
+    "fail_on": [],
+    "cuda_ahead": True,
+    "spares": None,
+    "process_env": {},
+}
+
+# Every option and ini key given, each value other than its default.
+GIVEN: dict[str, Any] = {
+    "guard": "restore",
+    "report": ["json:r.json"],
+    "threads": 2,
+    "tls": "init",
+    "subprocess": True,
+    "on": True,
+    "timeout": 30.0,
+    "fail_on": ["leak", "tls-missing"],
+    "cuda_ahead": False,
+    "spares": 0,
+    "process_env": {"CGG_ONE": "1", "CGG_TWO": "a=b"},
+}
+COMMAND_LINE = [
+    "--cudagraph-guard=restore",
+    REPORT,
+    "--cudagraph-threads=2",
+    "--cudagraph-tls=init",
+    "--cudagraph-subprocess",
+    "--cudagraph-on",
+    "--cudagraph-timeout=30",
+    "--cudagraph-fail-on=leak,tls-missing",
+]
+INI_ONLY = "cudagraph_cuda_ahead = no\ncudagraph_spares = 0\ncudagraph_process_env =\n" + (
+    "    CGG_ONE=1\n    CGG_TWO = a=b\n"
+)
+INI = INI_ONLY + (
+    "cudagraph_guard = restore\n"
+    "cudagraph_report = json:r.json\n"
+    "cudagraph_threads = 2\n"
+    "cudagraph_tls = init\n"
+    "cudagraph_subprocess = true\n"
+    "cudagraph_on = 1\n"
+    "cudagraph_timeout = 30\n"
+    "cudagraph_fail_on = leak tls-missing\n"
+)
+
+
+def _options(tester: pytest.Pytester, *args: str, ini: str = "") -> dict[str, Any]:
+    tester.makeini(QUIET_INI + ini)
+    tester.makepyfile(ONE_TEST)
+    result = tester.runpytest("-p", "no:cacheprovider", *args)
+    result.assert_outcomes(passed=1)
+    options: dict[str, Any] = json.loads((tester.path / "r.json").read_text())["environment"][
+        "options"
+    ]
+    return options
+
+
+def test_nothing_given_is_the_defaults(pytester: pytest.Pytester) -> None:
+    options = _options(pytester, REPORT)
+    origins = options.pop("origins")
+    assert options == DEFAULTS
+    assert origins == {**dict.fromkeys(DEFAULTS, "default"), "report": "--cudagraph-report"}
+
+
+def test_each_option_from_the_command_line(pytester: pytest.Pytester) -> None:
+    options = _options(pytester, *COMMAND_LINE, ini=INI_ONLY)
+    origins = options.pop("origins")
+    assert options == GIVEN
+    assert origins == {
+        name: f"ini option cudagraph_{name}"
+        if name in ("cuda_ahead", "spares", "process_env")
+        else "--cudagraph-" + name.replace("_", "-")
+        for name in GIVEN
+    }
+
+
+def test_each_ini_key_and_the_command_line_wins(pytester: pytest.Pytester) -> None:
+    options = _options(pytester, "--cudagraph-threads=3", ini=INI)
+    origins = options.pop("origins")
+    assert options == {**GIVEN, "threads": 3}
+    assert origins == {
+        **{name: f"ini option cudagraph_{name}" for name in GIVEN},
+        "threads": "--cudagraph-threads",
+    }
+
+
+@pytest.mark.parametrize(
+    ("ini", "message"),
+    [
+        (
+            "cudagraph_subprocess = maybe",
+            "cudagraph_subprocess: expected true or false, got 'maybe'",
+        ),
+        (
+            "cudagraph_cuda_ahead = maybe",
+            "cudagraph_cuda_ahead: expected true or false, got 'maybe'",
+        ),
+        ("cudagraph_on = perhaps", "cudagraph_on: expected true or false, got 'perhaps'"),
+        (
+            "cudagraph_guard = loud",
+            "cudagraph_guard: expected restore, warn, fail or off, got 'loud'",
+        ),
+        ("cudagraph_threads = two", "cudagraph_threads: expected a whole number of threads"),
+        ("cudagraph_tls = lazy", "cudagraph_tls: expected native or init, got 'lazy'"),
+        ("cudagraph_timeout = -1", "cudagraph_timeout: expected a positive number of seconds"),
+        ("cudagraph_fail_on = nope", "cudagraph_fail_on: unknown kind(s) 'nope'; known kinds"),
+        ("cudagraph_spares = many", "cudagraph_spares: expected auto or a whole number"),
+        ("cudagraph_report = yaml", "cudagraph_report: unknown report format 'yaml'"),
+        (
+            "cudagraph_process_env = JUST_A_NAME",
+            "cudagraph_process_env: expected lines of NAME=VALUE",
+        ),
+        ("cudagraph_process_env = 2BAD=1", "cudagraph_process_env: expected lines of NAME=VALUE"),
+    ],
+)
+def test_a_bad_ini_value_is_one_usage_error_naming_the_key(
+    pytester: pytest.Pytester, ini: str, message: str
+) -> None:
+    pytester.makeini(f"{QUIET_INI}{ini}\n")
+    pytester.makepyfile(ONE_TEST)
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    error = result.stderr.str()
+    assert error.count(f"ini option {message}") == 1, error
+    assert error.count("ERROR") == 1, error
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("--cudagraph-threads=x", "--cudagraph-threads: expected a whole number of threads"),
+        ("--cudagraph-tls=later", "--cudagraph-tls: expected native or init, got 'later'"),
+        ("--cudagraph-timeout=inf", "--cudagraph-timeout: expected a positive number of seconds"),
+        ("--cudagraph-report=xml", "--cudagraph-report: unknown report format 'xml'"),
+    ],
+)
+def test_a_bad_option_value_is_one_usage_error_naming_the_option(
+    ourtester: pytest.Pytester, argument: str, message: str
+) -> None:
+    ourtester.makepyfile(ONE_TEST)
+    result = ourtester.runpytest(argument)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.str().count(message) == 1, result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("marker", "argument"),
+    [
+        ("cudagraph_thread(threads=0)", "argument 'threads' must be a positive int, got 0"),
+        ("cudagraph_subprocess(env={'A': 1})", "argument 'env' must be a str->str mapping"),
+        ("cudagraph_thread(switches=False)", "unknown argument 'switches'"),
+    ],
+)
+def test_a_bad_marker_argument_is_one_message_once(
+    ourtester: pytest.Pytester, marker: str, argument: str
+) -> None:
+    ourtester.makepyfile(
+        test_bad=f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_body():
+            pass
+        """
+    )
+    result = ourtester.runpytest()
+    result.assert_outcomes(errors=1)
+    output = result.stdout.str()
+    assert output.count(argument) == 1, output
+    assert "During handling of the above exception" not in output
+    assert f"test_bad.py::test_body: @pytest.mark.{marker.partition('(')[0]}: " in output
+
+
+def test_the_help_lists_each_option_and_ini_key(ourtester: pytest.Pytester) -> None:
+    result = ourtester.runpytest("--help")
+    text = result.stdout.str()
+    for name in DEFAULTS:
+        key = f"cudagraph_{name}"
+        assert f"{key} (" in text, key
+        if name not in ("cuda_ahead", "spares", "process_env"):
+            assert "--cudagraph-" + name.replace("_", "-") in text, name
+    assert "--cudagraph-settings" in text
