@@ -9,6 +9,7 @@ failed, not the test.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import re
@@ -101,7 +102,7 @@ class ThreadSession:
         item.stash[thread_run_key] = result
         if not self._trees_imported:  # its module-level state belongs to the main thread
             self._trees_imported = True
-            run_ours(TREES_IMPORT_LOSS, _torch.import_cudagraph_trees)
+            run_ours(TREES_IMPORT_LOSS, _import_trees_where_installed)
         ThreadRun(body, options, result, self).run()
 
     def settings_here(self) -> dict[str, SettingEntry] | None:
@@ -172,6 +173,8 @@ class ThreadRun:
                 _torch.start_thread_readiness()
                 self.readied = True
             return self._context_with_cudagraphs()
+        except _torch.TorchNotInstalled:
+            raise
         except Exception as exc:
             fail_as_ours("could not prepare the threads", exc)
 
@@ -297,6 +300,11 @@ class ThreadRun:
         for name, exc in self.errors.items():
             lines.append(f"\nThread {name} raised {type(exc).__name__}: {exc}")
         pytest.fail("\n".join(lines), pytrace=False)
+
+
+def _import_trees_where_installed() -> None:
+    with contextlib.suppress(_torch.TorchNotInstalled):
+        _torch.import_cudagraph_trees()
 
 
 def _settings_here(reader: SettingsReader, keys: list[str]) -> dict[str, SettingEntry]:

@@ -26,7 +26,17 @@ def broken(*args, **kwargs):
 @pytest.fixture
 def ours_broken(monkeypatch):
     monkeypatch.setattr({target!r}, broken)
+    yield
+    monkeypatch.undo()
+    {clean_up}
 """
+
+# What a broken function of ours left undone in this process, which pytester's sessions share.
+CLEAN_UP = {
+    "pytest_cudagraph_guard._torch.stop_thread_readiness": (
+        "pytest_cudagraph_guard._torch.stop_thread_readiness()"
+    ),
+}
 
 SUITE = """
 import pytest
@@ -63,7 +73,7 @@ def test_the_body_ran():
 def test_a_failure_of_ours_around_the_body_is_one_warning(
     ourtester: pytest.Pytester, target: str, loses: str
 ) -> None:
-    ourtester.makeconftest(BREAK_OURS.format(target=target))
+    ourtester.makeconftest(BREAK_OURS.format(target=target, clean_up=CLEAN_UP.get(target, "pass")))
     ourtester.makepyfile(test_suite=SUITE)
     result = ourtester.runpytest("--cudagraph-report=json:r.json", "-p", "no:randomly")
     result.assert_outcomes(passed=2, warnings=1)
@@ -89,7 +99,7 @@ def test_a_failure_of_ours_around_the_body_is_one_warning(
 def test_a_marker_the_plugin_cannot_honour_fails_the_test_naming_the_plugin(
     ourtester: pytest.Pytester, target: str, what: str
 ) -> None:
-    ourtester.makeconftest(BREAK_OURS.format(target=target))
+    ourtester.makeconftest(BREAK_OURS.format(target=target, clean_up=CLEAN_UP.get(target, "pass")))
     ourtester.makepyfile(test_suite=SUITE)
     result = ourtester.runpytest("-p", "no:randomly")
     result.assert_outcomes(failed=2)
