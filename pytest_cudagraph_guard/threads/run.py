@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import re
 import sys
 import threading
 import time
@@ -27,7 +26,6 @@ from .. import _torch
 from .._torch.faults import run_ours
 from ..core import config_state
 from ..core.diagnosis import (
-    THREAD_ERROR,
     TIMEOUT,
     DiagnoseHook,
     error_record,
@@ -41,11 +39,11 @@ from ..core.outcomes import is_skip_or_xfail
 from ..core.plugin_names import REPORT, ReportsSettings
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import SettingsReader, cudagraph_switches
+from .failures import raise_failures
 from .launch import Placement, barrier
 
 THREAD_NAME: Final = "cudagraph-thread-{index}"
 RELEASE_GRACE_S: Final = 30.0
-SHORT_TRACEBACK_ENDS: Final = 2  # frames kept at each end of another thread's traceback
 
 TREES_IMPORT_LOSS: Final = _torch.Loss(
     THREAD_MARKER, "CUDAGraph Trees imported in the main thread before the threads run"
@@ -279,7 +277,7 @@ class ThreadRun:
             if name in self.errors and not is_skip_or_xfail(self.errors[name])
         ]
         if failures:
-            _raise_failures(failures, self.result.errors, len(self.names))
+            raise_failures(failures, self.result.errors, len(self.names))
         for outcome in (pytest.xfail.Exception, pytest.skip.Exception):
             for exc in self.errors.values():
                 if isinstance(exc, outcome):
@@ -337,84 +335,3 @@ def _stack_of(frame: FrameType | None) -> str:
 def _timeout_record(thread_name: str, timeout: float) -> ErrorEntry:
     message = f"still running after {timeout:g} s"
     return error_entry(thread_name, "Timeout", message, kind=TIMEOUT, hint=timeout_hint(timeout))
-
-
-def _raise_failures(
-    failures: list[tuple[str, BaseException]], records: list[ErrorEntry], threads: int
-) -> None:
-    """Raises the first thread's failure, naming every thread that failed alike; each other way
-    the threads failed follows once, as a note with its own short traceback."""
-    __tracebackhide__ = True
-    by_thread = {record["thread"]: record for record in records}
-    (names, first), *others = _alike(failures)
-    notes = [f"{_who(names, threads)} raised this", *_diagnosis_lines(by_thread.get(names[0]))]
-    if others:
-        ways = f"{len(others) + 1} different ways"
-        notes.insert(0, f"{THREAD_MARKER}: {len(failures)} of {threads} threads failed, {ways}")
-    for other_names, other in others:
-        notes += ["", f"{_who(other_names, threads)} raised, differently:", _short(other)]
-        notes += _diagnosis_lines(by_thread.get(other_names[0]))
-    first.__notes__ = [*getattr(first, "__notes__", []), *notes]
-    raise first
-
-
-def _diagnosis_lines(record: ErrorEntry | None) -> list[str]:
-    if record is None or record["kind"] in (None, THREAD_ERROR):
-        return []
-    return [f"kind: {record['kind']}", f"hint: {record['hint']}"]
-
-
-def _short(exc: BaseException) -> str:
-    """``exc``'s traceback from the test's code on, as Python prints it."""
-    frames = [
-        frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if frame.filename not in (__file__, threading.__file__)
-    ]
-    if len(frames) > SHORT_TRACEBACK_ENDS * 2:
-        skipped = len(frames) - SHORT_TRACEBACK_ENDS * 2
-        lines = [
-            *traceback.format_list(frames[:SHORT_TRACEBACK_ENDS]),
-            f"  ... {skipped} more frames ...\n",
-            *traceback.format_list(frames[-SHORT_TRACEBACK_ENDS:]),
-        ]
-    else:
-        lines = traceback.format_list(frames)
-    return "".join(lines + traceback.format_exception_only(exc)).rstrip()
-
-
-def _alike(failures: list[tuple[str, BaseException]]) -> list[tuple[list[str], BaseException]]:
-    """The failures grouped by type, message and the lines they went through, in thread order;
-    each group keeps its first exception."""
-    groups: dict[tuple[Any, ...], tuple[list[str], BaseException]] = {}
-    for name, exc in failures:
-        names, _ = groups.setdefault(_signature(exc), ([], exc))
-        names.append(name)
-    return list(groups.values())
-
-
-def _signature(exc: BaseException) -> tuple[Any, ...]:
-    """What makes two failures alike: type, message (less what differs between threads by
-    nature), and where they began and ended. The frames between may differ, since each thread
-    may run code that torch generated for it."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    ends = [(f.filename, f.lineno) for f in (frames[:1] + frames[-1:])]
-    return (type(exc), comparable_message(str(exc)), *ends)
-
-
-# What differs between threads that fail alike: addresses (a tensor's ``0x7f...``), object ids
-# and thread idents (long decimals), and thread names.
-_PER_THREAD: Final = re.compile(
-    r"0x[0-9a-fA-F]+|\b\d{10,}\b|\b(?:cudagraph-thread|Thread|Dummy)-\d+\b"
-)
-
-
-def comparable_message(message: str) -> str:
-    """``message`` with what differs between threads that fail alike put as one placeholder."""
-    return _PER_THREAD.sub("<*>", message)
-
-
-def _who(names: list[str], threads: int) -> str:
-    if len(names) == 1:
-        return f"[{names[0]}]"
-    return f"[{len(names)} of {threads} threads: {', '.join(names)}]"
