@@ -17,34 +17,52 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
+from .._torch import Loss
+from .._torch.faults import run_ours
+from ..core.markers import THREAD_MARKER
+
 CpuReader = Callable[[], int]
+
+
+PLACEMENT_LOSS: Final = Loss(
+    THREAD_MARKER, "threads started on the main thread's CPU (they start as usual)"
+)
 
 
 class Placement:
     """Pins the calling thread to its current CPU while it starts threads (which inherit that),
-    and gives each started thread the caller's CPUs back."""
+    and gives each started thread the caller's CPUs back. Where code of ours fails at it, that
+    is noted once and threads start as ``Thread.start`` starts them for the rest of the
+    session."""
 
     def __init__(self) -> None:
         self.mask: set[int] | None = None  # the caller's CPUs while it is pinned
 
     def pin(self) -> None:
         """Pins the calling thread to the CPU it runs on, where it may run on several."""
+        self.mask = None
         read_cpu = _cpu_reader()
-        if read_cpu is None:
-            return
-        try:
-            mask = os.sched_getaffinity(0)
-            cpu = read_cpu()
-            if len(mask) > 1 and cpu in mask:
-                os.sched_setaffinity(0, (cpu,))
-                self.mask = mask
-        except OSError:
-            self.mask = None
+        if read_cpu is not None:
+            self.mask = run_ours(PLACEMENT_LOSS, _pin_to_current_cpu, read_cpu)
 
     def unpin(self) -> None:
         """In the thread that pinned itself, or in a thread it started: the caller's CPUs."""
         if self.mask is not None:
-            _set_affinity(self.mask)
+            run_ours(PLACEMENT_LOSS, _set_affinity, self.mask)
+
+
+def _pin_to_current_cpu(read_cpu: CpuReader) -> set[int] | None:
+    """The calling thread's CPUs, where it was pinned to the one it runs on; None where it was
+    not (it may run on one CPU only, or the OS refused)."""
+    try:
+        mask = os.sched_getaffinity(0)
+        cpu = read_cpu()
+        if len(mask) > 1 and cpu in mask:
+            os.sched_setaffinity(0, (cpu,))
+            return mask
+    except OSError:
+        pass
+    return None
 
 
 def _set_affinity(mask: set[int]) -> None:

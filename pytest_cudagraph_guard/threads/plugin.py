@@ -1,37 +1,47 @@
-"""The thread marker's plugin object: runs a marked test's call phase in its threads."""
+"""The thread marker's plugin objects: run a marked test's call phase in its threads."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..core import plugin_names
-from ..core.diagnosis import DiagnoseHook, hook_diagnoser
-from ..core.markers import ThreadOptions, item_thread_options, plugin_marks
-from ..core.options import plugin_options
+from ..core.markers import plugin_marks
+
+if TYPE_CHECKING:
+    from .run import ThreadSession
 
 
 class ThreadsPlugin:
     """Registers the hooks that run tests in threads once collection shows a test that carries
-    the marker: a session without one pays nothing per test."""
+    the marker (and the hook for ``unittest.TestCase`` tests once it shows such a test marked):
+    a session pays per test only for what its tests need."""
 
     @pytest.hookimpl(trylast=True)  # after the options have marked the suite's tests
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        if any(plugin_marks(item)[0] is not None for item in items):
-            config.pluginmanager.register(ThreadedCalls(), f"{plugin_names.THREADS}.calls")
+        marked = [item for item in items if plugin_marks(item)[0] is not None]
+        if not marked:
+            return
+        from .run import ThreadSession
+        from .unittest_cases import is_unittest_case
+
+        session = ThreadSession(config)
+        register = config.pluginmanager.register
+        register(ThreadedCalls(session), f"{plugin_names.THREADS}.calls")
+        if any(is_unittest_case(item) for item in marked):
+            register(ThreadedCases(session), f"{plugin_names.THREADS}.cases")
 
 
 class ThreadedCalls:
-    """Runs the call phase of each test marked ``cudagraph_thread`` in the marker's threads:
-    a test function through ``pytest_pyfunc_call``, a ``unittest.TestCase`` test (whose
-    ``setUp`` and ``tearDown`` pytest runs in the call phase) through its ``runtest``."""
+    """Runs the call of each test function marked ``cudagraph_thread`` in the marker's threads."""
 
-    def __init__(self) -> None:
-        self._session: _SessionArguments | None = None
+    def __init__(self, session: ThreadSession) -> None:
+        self.session = session
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
@@ -39,45 +49,28 @@ class ThreadedCalls:
         mark = plugin_marks(pyfuncitem)[0]
         if mark is None:
             return (yield)
-        from .run import call_in_threads
-
-        with call_in_threads(pyfuncitem, *self._run_arguments(pyfuncitem, mark)):
+        body = pyfuncitem.obj
+        pyfuncitem.obj = functools.partial(self.session.call, pyfuncitem, mark, body)
+        try:
             return (yield)
+        finally:
+            pyfuncitem.obj = body
+
+
+class ThreadedCases:
+    """Runs each marked ``unittest.TestCase`` test (whose ``setUp`` and ``tearDown`` pytest runs
+    in the call phase) in the marker's threads, through its ``runtest``."""
+
+    def __init__(self, session: ThreadSession) -> None:
+        self.session = session
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         __tracebackhide__ = True
         mark = plugin_marks(item)[0]
-        if mark is None:
-            return (yield)
         from .unittest_cases import is_unittest_case, unittest_case_in_threads
 
-        if not is_unittest_case(item):
+        if mark is None or not is_unittest_case(item):
             return (yield)
-        from .run import thread_runner
-
-        with unittest_case_in_threads(item, thread_runner(item, *self._run_arguments(item, mark))):
+        with unittest_case_in_threads(item, self.session.runner(item, mark)):
             return (yield)
-
-    def _run_arguments(
-        self, item: pytest.Item, mark: pytest.Mark
-    ) -> tuple[ThreadOptions, DiagnoseHook, list[str] | None]:
-        """The marker's options, the session's diagnose hook, and the settings keys the report
-        wants read in the threads (None without a report)."""
-        if self._session is None:
-            self._session = _session_arguments(item.config)
-        timeout, diagnose, keys = self._session
-        return item_thread_options(item, mark, timeout), diagnose, keys
-
-
-_SessionArguments = tuple[float | None, DiagnoseHook, list[str] | None]
-
-
-def _session_arguments(config: pytest.Config) -> _SessionArguments:
-    """What every marked test of the session runs with: the default timeout, the diagnose
-    hook, and the report's settings keys."""
-    reporter: plugin_names.ReportsSettings | None = config.pluginmanager.get_plugin(
-        plugin_names.REPORT
-    )
-    keys = reporter.extra_keys() if reporter is not None else None
-    return plugin_options(config).timeout, hook_diagnoser(config), keys

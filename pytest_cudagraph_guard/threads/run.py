@@ -1,88 +1,133 @@
-"""``@pytest.mark.cudagraph_thread``: the test's call phase in fresh non-main threads."""
+"""``@pytest.mark.cudagraph_thread``: the test's call phase in fresh non-main threads.
+
+What every marked test of a session shares is found once (``ThreadSession``); per test, only what
+the marker's arguments ask for is done. Code of ours that fails around the test's body is noted
+once and turned off for the session, and the body runs as it would without it; where the marker
+cannot be honoured (its threads cannot be readied as asked), the test fails saying that the plugin
+failed, not the test.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Final, NoReturn
 
 import pytest
 
 from .. import _torch
+from .._torch.faults import run_ours
 from ..core import config_state
-from ..core.diagnosis import THREAD_ERROR, TIMEOUT, DiagnoseHook, error_record, timeout_hint
+from ..core.diagnosis import (
+    TIMEOUT,
+    DiagnoseHook,
+    error_record,
+    hook_diagnoser,
+    timeout_hint,
+)
 from ..core.facts import ThreadRunFacts, thread_run_key
-from ..core.markers import THREAD_MARKER, ThreadOptions
+from ..core.markers import THREAD_MARKER, ThreadOptions, item_thread_options
+from ..core.options import plugin_options
 from ..core.outcomes import is_skip_or_xfail
+from ..core.plugin_names import REPORT, ReportsSettings
 from ..core.records import ErrorEntry, SettingEntry, error_entry
-from ..core.settings import cudagraph_switches
+from ..core.settings import SettingsReader, cudagraph_switches
+from .failures import raise_failures
 from .launch import Placement, barrier
 
-THREAD_NAME = "cudagraph-thread-{index}"
-RELEASE_GRACE_S = 30.0
-SHORT_TRACEBACK_ENDS = 2  # frames kept at each end of another thread's traceback
+THREAD_NAME: Final = "cudagraph-thread-{index}"
+RELEASE_GRACE_S: Final = 30.0
+
+TREES_IMPORT_LOSS: Final = _torch.Loss(
+    THREAD_MARKER, "CUDAGraph Trees imported in the main thread before the threads run"
+)
+SETTINGS_LOSS: Final = _torch.Loss(
+    THREAD_MARKER, "settings read in the first thread (the report reads them in the main thread)"
+)
+RELEASE_LOSS: Final = _torch.Loss(THREAD_MARKER, "each thread's CUDAGraph Trees state freed")
+READINESS_LOSS: Final = _torch.Loss(THREAD_MARKER, "what tls='init' adds to torch undone")
+RESTORE_LOSS: Final = _torch.Loss(THREAD_MARKER, "config that the threads set restored")
+PLUGIN_FAILURE: Final = (
+    "This is a failure of pytest-cudagraph-guard, not of the test; please report it with "
+    "this traceback:"
+)
+
+Body = Callable[[], Any]
 
 
-@contextmanager
-def call_in_threads(
-    item: pytest.Function,
-    options: ThreadOptions,
-    diagnose_hook: DiagnoseHook,
-    settings_keys: list[str] | None = None,
-) -> Iterator[None]:
-    """For the duration of the call phase, makes ``item.obj`` run in the marker's threads.
-    ``settings_keys``: the extra settings to read in the first thread (None: none are read)."""
-    run = thread_runner(item, options, diagnose_hook, settings_keys)
-    original = item.obj
-    item.obj = _threaded(original, run)
-    try:
-        yield
-    finally:
-        item.obj = original
+class ThreadSession:
+    """What every marked test of a session runs with, found once: the default timeout, the
+    diagnose hook, the report's settings keys (None: nobody reports settings), and the parts
+    shared by the session's runs."""
 
+    def __init__(self, config: pytest.Config) -> None:
+        reporter: ReportsSettings | None = config.pluginmanager.get_plugin(REPORT)
+        self.settings_keys = reporter.extra_keys() if reporter is not None else None
+        self.default_timeout = plugin_options(config).timeout
+        self.diagnose_hook: DiagnoseHook = hook_diagnoser(config)
+        self.placement = Placement()
+        self._settings = SettingsReader()
+        self._trees_imported = False
 
-def thread_runner(
-    item: pytest.Item,
-    options: ThreadOptions,
-    diagnose_hook: DiagnoseHook,
-    settings_keys: list[str] | None,
-) -> Callable[[Callable[[], Any]], None]:
-    """A function that runs a body in the marker's threads, keeping the results for ``item``."""
-    result = ThreadRunFacts(
-        where=f"thread x {options.threads}",
-        threads=thread_names(options.threads),
-        switches=cudagraph_switches(options.trees) if options.switches else {},
-    )
-    item.stash[thread_run_key] = result
-
-    def run(body: Callable[[], Any]) -> None:
+    def call(
+        self,
+        item: pytest.Item,
+        mark: pytest.Mark,
+        body: Callable[..., Any],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        """``body(*args, **kwargs)`` in the marker's threads: what ``item.obj`` is in the call."""
         __tracebackhide__ = True
-        ThreadRun(body, options, result, diagnose_hook, settings_keys).run()
+        self.run(item, mark, functools.partial(body, *args, **kwargs))
 
-    return run
+    def runner(self, item: pytest.Item, mark: pytest.Mark) -> Callable[[Body], None]:
+        """A function that runs a body in the marker's threads, for ``item``."""
+        return functools.partial(self.run, item, mark)
+
+    def run(self, item: pytest.Item, mark: pytest.Mark, body: Body) -> None:
+        __tracebackhide__ = True
+        options = item_thread_options(item, mark, self.default_timeout)
+        result = new_facts(options)
+        item.stash[thread_run_key] = result
+        if not self._trees_imported:  # its module-level state belongs to the main thread
+            self._trees_imported = True
+            run_ours(TREES_IMPORT_LOSS, _import_trees_where_installed)
+        ThreadRun(body, options, result, self).run()
+
+    def settings_here(self) -> dict[str, SettingEntry] | None:
+        """The report's settings as the calling thread sees them; None where nobody reports
+        them, or where reading them failed (noted once; the report reads them elsewhere)."""
+        if self.settings_keys is None:
+            return None
+        return run_ours(SETTINGS_LOSS, _settings_here, self._settings, self.settings_keys)
+
+    def release_thread_state(self) -> None:
+        run_ours(RELEASE_LOSS, _torch.release_cudagraph_tls)
+
+
+def new_facts(options: ThreadOptions) -> ThreadRunFacts:
+    where, names = _run_names(options.threads)
+    switches = cudagraph_switches(options.trees) if options.switches else {}
+    return ThreadRunFacts(where=where, threads=names, switches=switches)
 
 
 @functools.cache
+def _run_names(threads: int) -> tuple[str, tuple[str, ...]]:
+    """The place the report shows, and the threads' names."""
+    return f"thread x {threads}", tuple(THREAD_NAME.format(index=i) for i in range(threads))
+
+
 def thread_names(threads: int) -> tuple[str, ...]:
-    return tuple(THREAD_NAME.format(index=i) for i in range(threads))
-
-
-def _threaded(
-    body: Callable[..., Any], run: Callable[[Callable[[], Any]], None]
-) -> Callable[..., Any]:
-    @functools.wraps(body)
-    def threaded(*args: Any, **kwargs: Any) -> None:
-        __tracebackhide__ = True
-        run(functools.partial(body, *args, **kwargs))
-
-    return threaded
+    return _run_names(threads)[1]
 
 
 class ThreadRun:
@@ -90,48 +135,56 @@ class ThreadRun:
     the test's outcome."""
 
     def __init__(
-        self,
-        body: Callable[[], Any],
-        options: ThreadOptions,
-        result: ThreadRunFacts,
-        diagnose_hook: DiagnoseHook,
-        settings_keys: list[str] | None = None,
+        self, body: Body, options: ThreadOptions, result: ThreadRunFacts, session: ThreadSession
     ) -> None:
         self.body = body
         self.options = options
         self.result = result
-        self.diagnose_hook = diagnose_hook
-        self.settings_keys = settings_keys  # None: nobody reports settings
-        self.names = list(result.threads)
+        self.session = session
+        self.names = result.threads
         self.errors: dict[str, BaseException] = {}
         self.barrier = barrier(options.threads)
         self.finished = barrier(options.threads)
         self.bodies_done: set[str] = set()
-        self.placement = Placement()
+        self.placement = session.placement
+        self.readied = False  # tls="init" applied to torch
+        self.before: config_state.Snapshot | None = None  # torch <= 2.11: config to restore
         self.contexts: list[contextvars.Context] = []  # each thread's, as it left it
 
     def run(self) -> None:
         __tracebackhide__ = True
-        if _torch.torch_loaded():  # else a suite option's torch-free test: nothing to ready
-            _torch.import_cudagraph_trees()  # its module-level state belongs to the main thread
-        switches = self.options.switches
-        # From torch 2.12 the threads' overrides live and die in their own contexts.
-        before = (
-            config_state.Snapshot.take() if switches and _torch.config_is_process_wide() else None
-        )
-        if self.options.tls == "init":
-            _torch.start_thread_readiness()
         try:
-            stuck = self._run_threads(self._context_with_cudagraphs())
-            if not switches:  # what the test changed is its own, as in the main thread
+            context = self._prepare()
+            stuck = self._run_threads(context)
+            if not self.options.switches:  # what the test changed is its own, as in the main thread
                 _torch.adopt_thread_overrides(self.contexts)
             self._record_errors()  # while what tls="init" adds is in effect, for its hints
         finally:
-            if self.options.tls == "init":
-                _torch.stop_thread_readiness()
-            if before is not None:
-                config_state.restore(before, include_env=False)
+            self._clean_up()
         self._conclude(stuck)
+
+    def _prepare(self) -> contextvars.Context:
+        """What the marker promises its threads; where code of ours cannot do it, the test fails
+        saying so."""
+        __tracebackhide__ = True
+        try:
+            # From torch 2.12 the threads' overrides live and die in their own contexts.
+            if self.options.switches and _torch.config_is_process_wide():
+                self.before = config_state.Snapshot.take()
+            if self.options.tls == "init":
+                _torch.start_thread_readiness()
+                self.readied = True
+            return self._context_with_cudagraphs()
+        except _torch.TorchNotInstalled:
+            raise
+        except Exception as exc:
+            fail_as_ours("could not prepare the threads", exc)
+
+    def _clean_up(self) -> None:
+        if self.readied:
+            run_ours(READINESS_LOSS, _torch.stop_thread_readiness)
+        if self.before is not None:
+            run_ours(RESTORE_LOSS, _restore_config, self.before)
 
     def _context_with_cudagraphs(self) -> contextvars.Context:
         context = contextvars.copy_context()
@@ -179,36 +232,44 @@ class ThreadRun:
         self.placement.unpin()
         try:
             if self.options.tls == "init":
-                _torch.ensure_cudagraph_tls()
+                self._ready_this_thread()
             try:
                 self.barrier.wait(self.options.timeout)
             except threading.BrokenBarrierError:
                 return
-            if index == 0 and self.settings_keys is not None:
-                self.result.settings = _settings_here(self.settings_keys)
+            if index == 0:
+                self.result.settings = self.session.settings_here()
             self.body()
         except BaseException as exc:
             self.errors[name] = exc
         finally:
             self.bodies_done.add(name)
-            self._release(name)
+            self._release()
 
-    def _release(self, name: str) -> None:
+    def _ready_this_thread(self) -> None:
+        """``ensure_cudagraph_tls()``, which the test asked for; where it fails, no thread runs
+        the body and the test fails saying the plugin did."""
+        try:
+            _torch.ensure_cudagraph_tls()
+        except Exception as exc:
+            self.barrier.abort()
+            fail_as_ours("tls='init' could not ready CUDAGraph Trees in this thread", exc)
+
+    def _release(self) -> None:
         """Frees this thread's tree managers once every thread is done with the device:
         resetting them turns torch's process-wide cached-tensor switch off."""
         try:
             self.finished.wait(self.options.timeout)
         except threading.BrokenBarrierError:
             return
-        try:
-            _torch.release_cudagraph_tls()
-        except Exception as exc:
-            self.errors.setdefault(name, exc)
+        self.session.release_thread_state()
 
     def _record_errors(self) -> None:
         for name in self.names:  # a skip or xfail is the test's outcome, not an error
             if name in self.errors and not is_skip_or_xfail(self.errors[name]):
-                self.result.errors.append(error_record(self.errors[name], name, self.diagnose_hook))
+                self.result.errors.append(
+                    error_record(self.errors[name], name, self.session.diagnose_hook)
+                )
 
     def _conclude(self, stuck: list[threading.Thread]) -> None:
         __tracebackhide__ = True
@@ -222,7 +283,7 @@ class ThreadRun:
             if name in self.errors and not is_skip_or_xfail(self.errors[name])
         ]
         if failures:
-            _raise_failures(failures, self.result.errors, len(self.names))
+            raise_failures(failures, self.result.errors, len(self.names))
         for outcome in (pytest.xfail.Exception, pytest.skip.Exception):
             for exc in self.errors.values():
                 if isinstance(exc, outcome):
@@ -245,10 +306,25 @@ class ThreadRun:
         pytest.fail("\n".join(lines), pytrace=False)
 
 
-def _settings_here(extra_keys: list[str]) -> dict[str, SettingEntry]:
-    from ..core.settings import effective_settings, settings_record
+def _import_trees_where_installed() -> None:
+    with contextlib.suppress(_torch.TorchNotInstalled):
+        _torch.import_cudagraph_trees()
 
-    return settings_record(effective_settings(extra_keys))
+
+def _settings_here(reader: SettingsReader, keys: list[str]) -> dict[str, SettingEntry]:
+    return reader.read(keys)
+
+
+def _restore_config(before: config_state.Snapshot) -> None:
+    config_state.restore(before, include_env=False)
+
+
+def fail_as_ours(what: str, error: BaseException) -> NoReturn:
+    """Fails the test for a failure of the plugin's own code, saying so."""
+    __tracebackhide__ = True
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    message = f"{THREAD_MARKER}: {what}: {type(error).__name__}: {error}"
+    raise pytest.fail.Exception(f"{message}\n{PLUGIN_FAILURE}\n{trace}", pytrace=False) from error
 
 
 def _stack_of(frame: FrameType | None) -> str:
@@ -265,71 +341,3 @@ def _stack_of(frame: FrameType | None) -> str:
 def _timeout_record(thread_name: str, timeout: float) -> ErrorEntry:
     message = f"still running after {timeout:g} s"
     return error_entry(thread_name, "Timeout", message, kind=TIMEOUT, hint=timeout_hint(timeout))
-
-
-def _raise_failures(
-    failures: list[tuple[str, BaseException]], records: list[ErrorEntry], threads: int
-) -> None:
-    """Raises the first thread's failure, naming every thread that failed alike; each other way
-    the threads failed follows once, as a note with its own short traceback."""
-    __tracebackhide__ = True
-    by_thread = {record["thread"]: record for record in records}
-    (names, first), *others = _alike(failures)
-    notes = [f"{_who(names, threads)} raised this", *_diagnosis_lines(by_thread.get(names[0]))]
-    if others:
-        ways = f"{len(others) + 1} different ways"
-        notes.insert(0, f"{THREAD_MARKER}: {len(failures)} of {threads} threads failed, {ways}")
-    for other_names, other in others:
-        notes += ["", f"{_who(other_names, threads)} raised, differently:", _short(other)]
-        notes += _diagnosis_lines(by_thread.get(other_names[0]))
-    first.__notes__ = [*getattr(first, "__notes__", []), *notes]
-    raise first
-
-
-def _diagnosis_lines(record: ErrorEntry | None) -> list[str]:
-    if record is None or record["kind"] in (None, THREAD_ERROR):
-        return []
-    return [f"kind: {record['kind']}", f"hint: {record['hint']}"]
-
-
-def _short(exc: BaseException) -> str:
-    """``exc``'s traceback from the test's code on, as Python prints it."""
-    frames = [
-        frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if frame.filename not in (__file__, threading.__file__)
-    ]
-    if len(frames) > SHORT_TRACEBACK_ENDS * 2:
-        skipped = len(frames) - SHORT_TRACEBACK_ENDS * 2
-        lines = [
-            *traceback.format_list(frames[:SHORT_TRACEBACK_ENDS]),
-            f"  ... {skipped} more frames ...\n",
-            *traceback.format_list(frames[-SHORT_TRACEBACK_ENDS:]),
-        ]
-    else:
-        lines = traceback.format_list(frames)
-    return "".join(lines + traceback.format_exception_only(exc)).rstrip()
-
-
-def _alike(failures: list[tuple[str, BaseException]]) -> list[tuple[list[str], BaseException]]:
-    """The failures grouped by type, message and the lines they went through, in thread order;
-    each group keeps its first exception."""
-    groups: dict[tuple[Any, ...], tuple[list[str], BaseException]] = {}
-    for name, exc in failures:
-        names, _ = groups.setdefault(_signature(exc), ([], exc))
-        names.append(name)
-    return list(groups.values())
-
-
-def _signature(exc: BaseException) -> tuple[Any, ...]:
-    """What makes two failures alike: type, message, and where they began and ended. The
-    frames between may differ, since each thread may run code that torch generated for it."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    ends = [(f.filename, f.lineno) for f in (frames[:1] + frames[-1:])]
-    return (type(exc), str(exc), *ends)
-
-
-def _who(names: list[str], threads: int) -> str:
-    if len(names) == 1:
-        return f"[{names[0]}]"
-    return f"[{len(names)} of {threads} threads: {', '.join(names)}]"
