@@ -23,15 +23,20 @@ from .core.markers import (
     subprocess_options,
 )
 from .core.options import add_options, suite_options
+from .core.ours import fail_unhonoured, marker_asked, ours
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .isolation.plugin import IsolationPlugin, is_child
 from .leak_guard import DEFAULT_GUARD_MODE, GUARD_MODES, LeakGuard
 from .notices import NoticesPlugin
 from .report.formats import FORMAT_HELP, requested_formats
-from .suite import SuitePlugin
+from .suite import SuitePlugin, asked_by_suite_option
 from .threads.plugin import ThreadsPlugin
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
+
+_PRINTING = _torch.Loss("--cudagraph-settings", "the settings printed")
+_SETTING_UP = _torch.Loss("cudagraph_guard", "its features for this session")
+_CHECKING_MARKED = _torch.Loss("cudagraph_guard", "the setup checks of marked tests")
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -89,6 +94,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+@ours(_PRINTING, starts_session=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if not config.getoption("cudagraph_settings"):
         return None
@@ -99,6 +105,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's threading.excepthook: the report chains to it
+@ours(_SETTING_UP, honours=lambda item: marker_asked(item) or asked_by_suite_option(item))
 def pytest_configure(config: pytest.Config) -> None:
     for doc in (THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, MAIN_THREAD_MARKER_DOC):
         config.addinivalue_line("markers", doc)
@@ -129,9 +136,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+@ours(_CHECKING_MARKED)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A marked test: its marker's arguments checked, skipped without torch or a CUDA device
-    that the marker requires."""
+    that the marker requires. A test that asked for a part of the plugin that failed errors."""
+    fail_unhonoured(item)
     thread_mark, process_mark = plugin_marks(item)
     if thread_mark is None and process_mark is None:
         return

@@ -32,7 +32,15 @@ from .cudagraph_settings import (
     settings_can_wait_for_import,
 )
 from .env_sources import env_names, env_variables_read, is_torch_env_memo
-from .faults import Loss, begin_fault_session, note_internal_error, take_notices
+from .faults import (
+    Loss,
+    begin_fault_session,
+    is_stopped,
+    note_internal_error,
+    notice_once,
+    run_ours,
+    take_notices,
+)
 from .import_hooks import run_after_import
 from .observe import skip_count, start_observing, stop_observing
 from .readiness import (
@@ -49,6 +57,7 @@ from .runtime import (
     torch_version,
     versions,
 )
+from .sessions import begin_session, end_session
 from .trees import (
     creates_thread_state_lazily,
     ensure_cudagraph_tls,
@@ -73,6 +82,7 @@ __all__ = [
     "alias_written",
     "apply_cudagraph_settings",
     "begin_fault_session",
+    "begin_session",
     "change_count",
     "config_is_process_wide",
     "copy_value",
@@ -81,6 +91,7 @@ __all__ = [
     "creates_thread_state_lazily",
     "cuda_visible",
     "cudagraph_switches_here",
+    "end_session",
     "ensure_cudagraph_tls",
     "env_names",
     "env_variables_read",
@@ -89,15 +100,18 @@ __all__ = [
     "import_cudagraph_trees",
     "import_torch",
     "is_mutable",
+    "is_stopped",
     "is_torch_env_memo",
     "loaded_config",
     "loaded_guarded_configs",
     "nearest_keys",
     "note_internal_error",
+    "notice_once",
     "release_cudagraph_tls",
     "release_tuple",
     "reset_compiled_state",
     "run_after_import",
+    "run_ours",
     "serializes_captures_for_threads",
     "settings_can_wait_for_import",
     "skip_count",

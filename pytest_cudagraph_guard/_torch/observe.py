@@ -84,6 +84,13 @@ def stop_observing(observer: Observer) -> None:
     _STATE.patches.undo()
 
 
+def end_session() -> None:
+    """A session ended: once none observes, the graphs whose skips were seen are forgotten, so
+    that the next session sees torch's skips as a fresh process would."""
+    if not _STATE.observers:
+        _STATE.skipped_graphs.clear()
+
+
 def _emit(event: str, data: dict[str, Any]) -> None:
     data["thread"] = threading.current_thread().name
     for observer in list(_STATE.observers):

@@ -30,3 +30,5 @@ thread_run_key = pytest.StashKey[ThreadRunFacts]()
 leaks_key = pytest.StashKey[list[LeakEntry]]()
 # The option that applied a marker of the plugin to the test, e.g. ``--cudagraph-subprocess``.
 applied_by_key = pytest.StashKey[str]()
+# Failures of the plugin's own code met in the test's hooks and fixtures (kind ``plugin-error``).
+plugin_errors_key = pytest.StashKey[list[ErrorEntry]]()

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from .. import _torch
 from ..core import plugin_names
 from ..core.markers import SUBPROCESS_MARKER, MarkerError, plugin_marks, subprocess_options
 from ..core.options import suite_options
+from ..core.ours import ours, subprocess_marker_asked
 from .protocol import ChildRequest
 
 if TYPE_CHECKING:
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
 
 # Set by a test process's own plugin: its session runs one marked test of the parent's.
 child_key = pytest.StashKey[ChildRequest]()
+_PROCESSES = _torch.Loss("cudagraph_subprocess", "running marked tests in processes of their own")
+_AHEAD = _torch.Loss("cudagraph_subprocess", "test processes started while collecting")
 
 
 def is_child(config: pytest.Config) -> bool:
@@ -39,11 +43,13 @@ class IsolationPlugin:
         self._default_timeout = suite_options(config).timeout
         self._applied_to_all = suite_options(config).subprocess
 
+    @ours(_AHEAD)
     def pytest_collectstart(self, collector: pytest.Collector) -> None:
         if isinstance(collector, pytest.Module) and not collector.config.option.collectonly:
             self._prestart(collector)
 
     @pytest.hookimpl(trylast=True)  # after the options have marked the suite's tests
+    @ours(_PROCESSES, honours=subprocess_marker_asked)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
@@ -96,6 +102,7 @@ class _TestsInProcesses:
         self.isolation = isolation
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_PROCESSES, honours=subprocess_marker_asked)
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> bool | None:

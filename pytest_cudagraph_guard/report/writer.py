@@ -14,6 +14,7 @@ import pytest
 from .. import _torch
 from ..core.diagnosis import UNCLASSIFIED
 from ..core.options import OPTION_OF
+from ..core.ours import ours
 from ..core.records import (
     USER_PROPERTY,
     Environment,
@@ -36,6 +37,7 @@ from .render import (
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
 TERMINAL_KINDS: Final = ("term", "term-all")
+_WRITING = _torch.Loss("--cudagraph-report", "the report's terminal section and files")
 
 
 class ReportWriter:
@@ -49,6 +51,7 @@ class ReportWriter:
         self.records: dict[str, TestRecord] = {}
         self.write_errors: list[str] = []
 
+    @ours(_WRITING)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
             return
@@ -57,6 +60,7 @@ class ReportWriter:
                 self.records[report.nodeid] = cast(TestRecord, value)  # JSON across processes
 
     @pytest.hookimpl(trylast=True)
+    @ours(_WRITING)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if any(f.kind in TERMINAL_KINDS for f in self.formats):
             self._terminal_section(terminalreporter)
@@ -90,6 +94,7 @@ class ReportWriter:
             if counts[option]
         ]
 
+    @ours(_WRITING)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         document = None
         for fmt in self.formats:

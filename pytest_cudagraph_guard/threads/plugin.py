@@ -7,10 +7,20 @@ from typing import Any
 
 import pytest
 
+from .. import _torch
 from ..core import plugin_names
 from ..core.diagnosis import DiagnoseHook, hook_diagnoser
 from ..core.markers import ThreadOptions, item_thread_options, plugin_marks
 from ..core.options import suite_options
+from ..core.ours import ours, thread_marker_asked
+
+_THREADS = _torch.Loss("cudagraph_thread", "running marked tests in threads")
+
+
+def _unittest_case_asked(item: pytest.Item) -> str | None:
+    from .unittest_cases import is_unittest_case
+
+    return thread_marker_asked(item) if is_unittest_case(item) else None
 
 
 class ThreadsPlugin:
@@ -18,6 +28,7 @@ class ThreadsPlugin:
     the marker: a session without one pays nothing per test."""
 
     @pytest.hookimpl(trylast=True)  # after the options have marked the suite's tests
+    @ours(_THREADS, honours=thread_marker_asked)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
@@ -34,6 +45,7 @@ class ThreadedCalls:
         self._session: _SessionArguments | None = None
 
     @pytest.hookimpl(wrapper=True)
+    @ours(_THREADS, honours=thread_marker_asked)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
         __tracebackhide__ = True
         mark = plugin_marks(pyfuncitem)[0]
@@ -45,6 +57,7 @@ class ThreadedCalls:
             return (yield)
 
     @pytest.hookimpl(wrapper=True)
+    @ours(_THREADS, honours=_unittest_case_asked)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         __tracebackhide__ = True
         mark = plugin_marks(item)[0]
