@@ -62,12 +62,7 @@ class Guarded:
     generator: bool
     honours: Honours | None
     essential: bool
-
-    @property
-    def stops(self) -> bool:
-        """Whether its part stops for the session once it failed: not where tests ask for
-        it by name, which each get a fresh try."""
-        return self.honours is None
+    stops: bool  # once failed, off for the session; not where tests ask for it by name
 
 
 class InjectedFault(RuntimeError):
@@ -124,7 +119,8 @@ def ours(
 
     def decorate(function: F) -> F:
         generator = inspect.isgeneratorfunction(function)
-        guarded = Guarded(_name_of(function), loss, generator, honours, essential)
+        stops = honours is None  # each test that asks by name gets a fresh try
+        guarded = Guarded(_name_of(function), loss, generator, honours, essential, stops)
         if guarded.generator:
             wrapper = _guard_generator(function, guarded)
         else:
