@@ -14,11 +14,8 @@ import pytest
 from . import _torch
 from .core.config_state import Change, QuickCheck, Snapshot, absorb, restore
 from .core.facts import leaks_key
-from .core.warnings import (
-    CudagraphConfigLeakWarning,
-    CudagraphGuardWarning,
-    warn_torch_notices,
-)
+from .core.ours import note_failure, ours
+from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
 
 T = TypeVar("T")
 
@@ -60,8 +57,7 @@ class LeakGuard:
             self.disabled = True
             if raised_by_us(exc):
                 self._put_back_baseline()
-                _torch.note_internal_error(_CHECKING, exc)
-                warn_torch_notices()
+                note_failure(_CHECKING, exc)
                 return None
             warnings.warn(
                 CudagraphGuardWarning(
@@ -78,11 +74,13 @@ class LeakGuard:
             with contextlib.suppress(Exception):
                 restore(self._baseline)
 
+    @ours(_CHECKING)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Takes the baseline once collection (and module-level code) is done."""
         self._safely(self._rebaseline)
 
     @pytest.hookimpl(wrapper=True)
+    @ours(_CHECKING)
     def pytest_fixture_setup(
         self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
     ) -> Generator[None, Any, Any]:
@@ -92,6 +90,7 @@ class LeakGuard:
             return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
+    @ours(_CHECKING)
     def pytest_runtest_teardown(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, None, None]:

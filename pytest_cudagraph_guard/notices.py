@@ -12,26 +12,29 @@ from collections.abc import Generator
 import pytest
 
 from . import _torch
+from .core.ours import ours
 from .core.warnings import warn_torch_notices
+
+_DELIVERING = _torch.Loss("cudagraph_guard", "its warnings delivered at each test's teardown")
 
 
 class NoticesPlugin:
     """Registered for every session, after the leak guard, so that its teardown wrapper is the
     outermost: what the guard's own checks note is warned at the same test's teardown."""
 
-    def __init__(self) -> None:
-        _torch.begin_fault_session()
-
     @pytest.hookimpl(trylast=True)
+    @ours(_DELIVERING)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         warn_torch_notices()
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
+    @ours(_DELIVERING)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
         try:
             return (yield)
         finally:
             warn_torch_notices()
 
+    @ours(_DELIVERING)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         warn_torch_notices()

@@ -25,14 +25,19 @@ from .core.markers import (
 )
 from .core.option_declarations import add_options
 from .core.options import plugin_options
+from .core.ours import fail_unhonoured, marker_asked, ours
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 from .isolation.plugin import IsolationPlugin, is_child
 from .leak_guard import LeakGuard
 from .notices import NoticesPlugin
-from .suite import CudagraphsOn, SuitePlugin
+from .suite import CudagraphsOn, SuitePlugin, asked_by_suite_option
 from .threads.plugin import ThreadsPlugin
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
+
+_PRINTING = _torch.Loss("--cudagraph-settings", "the settings printed")
+_SETTING_UP = _torch.Loss("cudagraph_guard", "its features for this session")
+_CHECKING_MARKED = _torch.Loss("cudagraph_guard", "the setup checks of marked tests")
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -44,6 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+@ours(_PRINTING, starts_session=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if not plugin_options(config).settings:
         return None
@@ -54,6 +60,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's threading.excepthook: the report chains to it
+@ours(_SETTING_UP, honours=lambda item: marker_asked(item) or asked_by_suite_option(item))
 def pytest_configure(config: pytest.Config) -> None:
     for doc in (THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, MAIN_THREAD_MARKER_DOC):
         config.addinivalue_line("markers", doc)
@@ -86,10 +93,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+@ours(_CHECKING_MARKED)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A marked test: its marker's arguments checked; skipped without torch (where the marker is
     the test's own: a suite option runs a torch-free test all the same) or without a CUDA
-    device that the marker requires."""
+    device that the marker requires. A test that asked for a part of the plugin that failed
+    errors."""
+    fail_unhonoured(item)
     thread_mark, process_mark = plugin_marks(item)
     if thread_mark is None and process_mark is None:
         return

@@ -13,13 +13,25 @@ import pytest
 from . import _torch
 from .core.facts import applied_by_key
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
-from .core.options import OPTION_OF, PluginOptions
+from .core.options import OPTION_OF, PluginOptions, plugin_options
+from .core.ours import ours
 
 ON_OPTION: Final = "--cudagraph-on"
 _SWITCHING: Final = _torch.Loss(ON_OPTION, "CUDA graphs on for the tests of this process")
 
 T = TypeVar("T")
 TakeIn = Callable[[Callable[[], None]], None]
+
+_APPLYING = _torch.Loss("--cudagraph-threads/--cudagraph-subprocess", "the suite's tests marked")
+
+
+def asked_by_suite_option(item: pytest.Item) -> str | None:
+    """The suite options that ask to run ``item`` in threads or a process, if any do."""
+    options = plugin_options(item.config)
+    if not options.applies_markers or _keeps_its_own(item):
+        return None
+    asked = [THREAD_MARKER] * (options.threads > 0) + [SUBPROCESS_MARKER] * options.subprocess
+    return " and ".join(OPTION_OF[marker] for marker in asked)
 
 
 class SuitePlugin:
@@ -34,6 +46,7 @@ class SuitePlugin:
         self.applied: Counter[str] = Counter()
 
     @pytest.hookimpl(trylast=True)
+    @ours(_APPLYING, honours=asked_by_suite_option)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             if _keeps_its_own(item):
@@ -43,6 +56,7 @@ class SuitePlugin:
                 item.stash[applied_by_key] = OPTION_OF[mark.name]
                 self.applied[mark.name] += 1
 
+    @ours(_APPLYING)
     def pytest_report_collectionfinish(self) -> list[str]:
         return [
             f"{marker} applied to {count} tests by {OPTION_OF[marker]}"

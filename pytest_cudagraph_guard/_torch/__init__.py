@@ -47,7 +47,15 @@ from .events import (
     SlowPath,
     TorchEvent,
 )
-from .faults import Loss, begin_fault_session, note_internal_error, run_ours, take_notices
+from .faults import (
+    Loss,
+    begin_fault_session,
+    is_stopped,
+    note_internal_error,
+    notice_once,
+    run_ours,
+    take_notices,
+)
 from .import_hooks import run_after_import
 from .observe import begin_test, skip_count, start_observing, stop_observing
 from .readiness import (
@@ -64,6 +72,7 @@ from .runtime import (
     torch_version,
     versions,
 )
+from .sessions import begin_session, end_session
 from .thread_names import AUTOGRAD_THREAD, NATIVE_THREAD, thread_label
 from .trees import (
     creates_thread_state_lazily,
@@ -103,6 +112,7 @@ __all__ = [
     "alias_written",
     "apply_cudagraph_settings",
     "begin_fault_session",
+    "begin_session",
     "begin_test",
     "change_count",
     "config_is_process_wide",
@@ -113,6 +123,7 @@ __all__ = [
     "cuda_visible",
     "cudagraph_switches_here",
     "cudagraphs_on_for_now",
+    "end_session",
     "ensure_cudagraph_tls",
     "env_names",
     "env_variables_read",
@@ -121,11 +132,13 @@ __all__ = [
     "import_cudagraph_trees",
     "import_torch",
     "is_mutable",
+    "is_stopped",
     "is_torch_env_memo",
     "loaded_config",
     "loaded_guarded_configs",
     "nearest_keys",
     "note_internal_error",
+    "notice_once",
     "release_cudagraph_tls",
     "release_tuple",
     "reset_compiled_state",

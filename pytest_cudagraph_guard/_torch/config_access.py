@@ -261,6 +261,11 @@ class _AccessCache:
 _ACCESSES: Final = _AccessCache()
 
 
+def end_session() -> None:
+    """A session ended: the next one reads each config module afresh."""
+    _ACCESSES.by_id.clear()
+
+
 def access(module: ModuleType) -> ConfigAccess:
     return _ACCESSES.of(module)
 

@@ -50,6 +50,15 @@ def alias_written(module_name: str, key: str) -> str | None:
     return _STATE.alias_writes.get(f"{module_name}.{key}")
 
 
+def end_session() -> None:
+    """A session ended: once no config module counts, the aliases last written through and a
+    swap that failed are forgotten, as in a fresh process (the counting classes made are kept:
+    they depend on torch's classes only)."""
+    if not _STATE.modules:
+        _STATE.alias_writes.clear()
+        _STATE.incomplete = False
+
+
 def _aliases(module: ModuleType) -> dict[str, str]:
     """``{alias key: dotted path of the setting it stands for}`` (2.6+)."""
     config: dict[str, Any] = module.__dict__["_config"]
@@ -126,7 +135,7 @@ def stop_counting(module: ModuleType) -> None:
         _STATE.modules[key] = (mod, original, users - 1)
         return
     del _STATE.modules[key]
-    swap_class(PATCHES["counting.config_module_class"], module, original, owner=module)
+    swap_class(PATCHES["counting.config_module_class"], module, original, owner=module, back=True)
     _stop_entry_writes(module)
 
 
@@ -172,4 +181,5 @@ def _stop_entry_writes(module: ModuleType) -> None:
     for entry in module.__dict__["_config"].values():
         original = originals.get(type(entry))
         if original is not None:
-            swap_class(PATCHES["counting.config_entry_class"], entry, original, owner=original)
+            row = PATCHES["counting.config_entry_class"]
+            swap_class(row, entry, original, owner=original, back=True)

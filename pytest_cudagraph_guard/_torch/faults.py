@@ -37,11 +37,17 @@ _STATE: Final = _FaultState()
 
 
 def begin_fault_session() -> None:
-    """Forgets the notices said and the parts stopped: each session says each once."""
+    """Forgets the notices said and the parts stopped: each session says each once. Called at
+    a session's start and end (``sessions``)."""
     with _STATE.lock:
         _STATE.said.clear()
         _STATE.pending.clear()
         _STATE.stopped.clear()
+
+
+def is_stopped(loss: Loss) -> bool:
+    """Whether ``loss``'s part was turned off in this session after a bug of ours."""
+    return loss in _STATE.stopped
 
 
 def take_notices() -> list[str]:
@@ -73,16 +79,24 @@ def note_missing(loss: Loss, where: str, problem: str = "is missing") -> None:
     )
 
 
-def note_internal_error(loss: Loss, error: BaseException) -> None:
-    """Code of ours failed: ``loss``'s part stops for the session, the rest goes on."""
-    with _STATE.lock:
-        _STATE.stopped.add(loss)
+def note_internal_error(loss: Loss, error: BaseException, *, stops: bool = True) -> None:
+    """Code of ours failed: ``loss``'s part stops for the session, the rest goes on. A part
+    that tests ask for by name (``stops=False``) is tried again for each: one that cannot do
+    its work fails the test that asked, saying so."""
+    if stops:
+        with _STATE.lock:
+            _STATE.stopped.add(loss)
     trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    what = (
+        f"turned off for this session: {loss.loses}. The tests run on unchanged"
+        if stops
+        else f"{loss.loses}: a test that asks for it and cannot have it errors, saying so; "
+        "the others run on unchanged"
+    )
     notice_once(
         f"internal:{loss.feature}:{loss.loses}",
-        f"cudagraph_guard internal error in {loss.feature} (torch {torch_release()}), turned "
-        f"off for this session: {loss.loses}. The tests run on unchanged; please report it "
-        f"with this traceback:\n{trace}",
+        f"cudagraph_guard internal error in {loss.feature} (torch {torch_release()}), {what}; "
+        f"please report it with this traceback:\n{trace}",
     )
 
 
@@ -96,7 +110,7 @@ def note_uncopyable(name: str) -> None:
 def run_ours(loss: Loss, action: Callable[..., T], *args: Any) -> T | None:
     """``action(*args)``: code of ours run inside a torch call or an import. What it raises is
     noted and never reaches the caller; None then, and None at once once ``loss`` stopped."""
-    if loss in _STATE.stopped:
+    if is_stopped(loss):
         return None
     try:
         return action(*args)

@@ -16,6 +16,7 @@ from typing import Any, Final
 from .faults import Loss, run_ours
 
 _HOOKING: Final = Loss("cudagraph_guard", "its work on torch modules as they are imported")
+_WAITING: Final[list[_AfterImport]] = []  # this session's one-time finders, not yet used
 
 
 def run_after_import(name: str, action: Callable[[], None], loss: Loss | None = None) -> bool:
@@ -24,8 +25,19 @@ def run_after_import(name: str, action: Callable[[], None], loss: Loss | None = 
     raises is noted under ``loss`` and the import goes on."""
     if name in sys.modules:
         return False
-    sys.meta_path.insert(0, _AfterImport(name, action, loss or _HOOKING))
+    finder = _AfterImport(name, action, loss or _HOOKING)
+    _WAITING.append(finder)
+    sys.meta_path.insert(0, finder)
     return True
+
+
+def end_session() -> None:
+    """A session ended: what it arranged for modules it never imported is dropped, so that no
+    later session runs it."""
+    while _WAITING:
+        finder = _WAITING.pop()
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
 
 
 class _AfterImport:
@@ -41,6 +53,8 @@ class _AfterImport:
             return None
         if self in sys.meta_path:
             sys.meta_path.remove(self)
+        if self in _WAITING:
+            _WAITING.remove(self)
         act = lambda _: self.action()  # noqa: E731
         return run_ours(self.loss, _spec_acting, self, fullname, act, self.loss)
 

@@ -112,6 +112,13 @@ def _settings_moment() -> dict[str, Any]:
     return cudagraph_settings_here()
 
 
+def end_session() -> None:
+    """A session ended: once none observes, the graphs whose skips were seen are forgotten, so
+    that the next session sees torch's skips as a fresh process would."""
+    if not AUDIENCE.observers:
+        _STATE.skipped_graphs.clear()
+
+
 def _options_of(config_patches: Any) -> dict[str, Any]:
     if not isinstance(config_patches, dict):
         return {}

@@ -288,7 +288,8 @@ def owner_path(owner: object) -> str:
 
 
 class _AppliedLog:
-    """The rows applied in this process, each with the owners it was applied to."""
+    """The rows in effect, each with the owners it is applied to: what a session applied is
+    forgotten as its user undoes it, so no session sees another's."""
 
     def __init__(self) -> None:
         self.owners: dict[str, set[str]] = {}
@@ -296,12 +297,18 @@ class _AppliedLog:
     def note(self, row: PatchRow, owner: object) -> None:
         self.owners.setdefault(row.id, set()).add(owner_path(owner))
 
+    def forget(self, row: PatchRow, owner: object) -> None:
+        owners = self.owners.get(row.id, set())
+        owners.discard(owner_path(owner))
+        if not owners:
+            self.owners.pop(row.id, None)
+
 
 _APPLIED: Final = _AppliedLog()
 
 
 def applied_rows() -> dict[str, frozenset[str]]:
-    """``{row id: owner paths}`` for every row applied in this process so far."""
+    """``{row id: owner paths}`` for every row in effect now."""
     return {row_id: frozenset(owners) for row_id, owners in _APPLIED.owners.items()}
 
 
@@ -312,7 +319,7 @@ class Patches:
     noted; a failure of ``wrap`` (ours) is noted as an internal error."""
 
     def __init__(self) -> None:
-        self._applied: list[tuple[object, str, Any, Any]] = []
+        self._applied: list[tuple[PatchRow, object, Any, Any]] = []
 
     def __bool__(self) -> bool:
         return bool(self._applied)
@@ -329,15 +336,16 @@ class Patches:
         except (AttributeError, TypeError) as error:
             note_missing(row.loss, f"{owner_path(owner)}.{name}", f"cannot be replaced ({error})")
             return False
-        self._applied.append((owner, name, original, replacement))
+        self._applied.append((row, owner, original, replacement))
         _APPLIED.note(row, owner)
         return True
 
     def undo(self) -> None:
         while self._applied:
-            owner, name, original, replacement = self._applied.pop()
-            if _attribute(owner, name) is replacement:
-                setattr(owner, name, original)
+            row, owner, original, replacement = self._applied.pop()
+            if _attribute(owner, row.attribute) is replacement:
+                setattr(owner, row.attribute, original)
+            _APPLIED.forget(row, owner)
 
 
 def _replacement(
@@ -377,10 +385,13 @@ def replace_for_good(row: PatchRow, module: object, wrap: Callable[[Any], Any]) 
     return True
 
 
-def swap_class(row: PatchRow, obj: object, cls: type, *, owner: object) -> None:
+def swap_class(row: PatchRow, obj: object, cls: type, *, owner: object, back: bool = False) -> None:
     """Gives ``obj`` the class ``cls``: a counting subclass of its own, or its original back."""
     object.__setattr__(obj, row.attribute, cls)
-    _APPLIED.note(row, owner)
+    if back:
+        _APPLIED.forget(row, owner)
+    else:
+        _APPLIED.note(row, owner)
 
 
 def _attribute(owner: object, name: str) -> Any:

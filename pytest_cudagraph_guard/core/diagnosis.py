@@ -95,15 +95,33 @@ DiagnoseHook = Callable[[BaseException, str], "Diagnosis | None"]
 
 
 def hook_diagnoser(config: pytest.Config) -> DiagnoseHook:
-    """The session's ``pytest_cudagraph_diagnose`` hook as a plain function."""
+    """The session's ``pytest_cudagraph_diagnose`` hook as a plain function. What an
+    implementation raises (the user's or another plugin's code) never reaches the caller, which
+    may be a thread's ``threading.excepthook``: it is warned once, and the exception asked about
+    keeps its built-in kind."""
 
     def diagnose(exc: BaseException, thread_name: str) -> Diagnosis | None:
-        found: Diagnosis | None = config.hook.pytest_cudagraph_diagnose(
-            exc=exc, thread_name=thread_name
-        )
+        try:
+            found: Diagnosis | None = config.hook.pytest_cudagraph_diagnose(
+                exc=exc, thread_name=thread_name
+            )
+        except Exception as error:
+            _note_diagnose_hook_failure(error)
+            return None
         return found
 
     return diagnose
+
+
+def _note_diagnose_hook_failure(error: Exception) -> None:
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    _torch.notice_once(
+        "diagnose-hook",
+        "cudagraph_guard: a pytest_cudagraph_diagnose hook (your conftest's or another "
+        f"plugin's, not cudagraph_guard's own) raised {type_name(error)}: {error}; the "
+        "exceptions it is asked about are recorded without a kind from it. Its traceback:\n"
+        f"{trace}",
+    )
 
 
 def diagnose(exc: BaseException, thread_name: str | None = None) -> Diagnosis | None:
@@ -339,7 +357,7 @@ def error_record(
         found = diagnose_hook(exc, thread_name) or found
     return error_entry(
         thread_name,
-        _type_name(exc),
+        type_name(exc),
         str(exc),
         kind=found.kind if found else None,
         hint=found.hint if found else None,
@@ -347,7 +365,7 @@ def error_record(
     )
 
 
-def _type_name(exc: BaseException) -> str:
+def type_name(exc: BaseException) -> str:
     kind = type(exc)
     module = kind.__module__
     return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"

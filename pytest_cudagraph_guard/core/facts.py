@@ -35,3 +35,5 @@ applied_by_key = pytest.StashKey[str]()
 # it after a crash: set by a cudagraph_subprocess test process (a spare learns its test's folder
 # only when it gets its test, hence a callable; None: no journal now).
 journal_path_key = pytest.StashKey[Callable[[], str | None]]()
+# Failures of the plugin's own code met in the test's hooks and fixtures (kind ``plugin-error``).
+plugin_errors_key = pytest.StashKey[list[ErrorEntry]]()

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 from .. import _torch
+
+if TYPE_CHECKING:
+    import pytest
 
 
 class CudagraphConfigLeakWarning(UserWarning):
@@ -16,9 +20,14 @@ class CudagraphGuardWarning(UserWarning):
     user loses; the tests run on as they would without the plugin."""
 
 
-def warn_torch_notices() -> None:
+def warn_torch_notices(config: pytest.Config | None = None) -> None:
     """Warns, once each, what the torch boundary noted since the last call: parts that could not
     work on this torch and internal errors of ours. Called only from pytest hooks, where pytest
-    records warnings and where nothing of torch's or the user's is on the stack."""
+    records warnings and where nothing of torch's or the user's is on the stack; with
+    ``config``, from a hook before the session's warnings are recorded (``pytest_configure``),
+    as a warning of the configuration."""
     for notice in _torch.take_notices():
-        warnings.warn(CudagraphGuardWarning(notice), stacklevel=2)
+        if config is None:
+            warnings.warn(CudagraphGuardWarning(notice), stacklevel=2)
+        else:
+            config.issue_config_time_warning(CudagraphGuardWarning(notice), stacklevel=2)

@@ -21,6 +21,7 @@ import pytest
 from .. import _torch
 from ..core import plugin_names
 from ..core.facts import journal_path_key
+from ..core.ours import ours
 from .cuda import cuda_use, initialise_cuda
 from .plugin import child_key
 from .preloads import installed_plugin_modules, note_needed_modules
@@ -35,6 +36,10 @@ from .protocol import (
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
 _stacks_stream: list[IO[str]] = []  # kept open for faulthandler until the process ends
+# Without these the test process cannot tell its test or send its results: essential.
+_LINK = _torch.Loss("cudagraph_subprocess", "the test process's link to the session")
+_NARROWING = _torch.Loss("cudagraph_subprocess", "collecting only the test's own module path")
+_TELLING = _torch.Loss("cudagraph_subprocess", "collection errors, warnings and records sent")
 
 # Plugins of the parent that must not act in the child: they would rewrite the parent's cache,
 # start workers, stop for a debugger nobody sees, or write the parent's report files.
@@ -145,6 +150,7 @@ class SubprocessChild:
         self.plugin_modules: set[str] = set()  # of the installed plugins the session loaded
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_LINK, essential=True, starts_session=True)
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
         self.config = config
         config.stash[child_key] = self.request
@@ -175,6 +181,7 @@ class SubprocessChild:
         config.pluginmanager.register(pytest.TerminalReporter(config, chatter), "terminalreporter")
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_LINK, essential=True)
     def pytest_collection(self, session: pytest.Session) -> None:
         if self.assignments is not None:
             self._wait_for_test()
@@ -197,6 +204,7 @@ class SubprocessChild:
         self.request.update({**test_request, "basetemp": self.request["basetemp"]})
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_NARROWING)
     def pytest_pycollect_makeitem(
         self, collector: pytest.Module | pytest.Class, name: str, obj: object
     ) -> list[pytest.Item] | None:
@@ -223,15 +231,18 @@ class SubprocessChild:
         )
         return guard
 
+    @ours(_LINK, essential=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         assert self.config is not None
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
         self._send({"report": data})
 
+    @ours(_TELLING)
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self._send({"collect_error": f"{report.nodeid}: {report.longreprtext}"})
 
+    @ours(_TELLING)
     def pytest_warning_recorded(
         self, warning_message: Any, when: str, nodeid: str, location: Any
     ) -> None:
@@ -250,10 +261,12 @@ class SubprocessChild:
             }
         )
 
+    @ours(_TELLING)
     def pytest_cudagraph_record(self, item: pytest.Item, record: dict[str, Any]) -> None:
         where = f"subprocess {os.getpid()}"
         record["where"] = where if record["where"] == "main" else f"{where}, {record['where']}"
 
+    @ours(_TELLING)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.results is not None:
             self.results.close()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from .. import _torch
 from ..core import plugin_names
 from ..core.markers import (
     SUBPROCESS_MARKER,
@@ -19,6 +20,7 @@ from ..core.markers import (
     plugin_marks,
 )
 from ..core.options import plugin_options
+from ..core.ours import ours, subprocess_marker_asked
 from .protocol import ChildRequest
 
 if TYPE_CHECKING:
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 # Set by a test process's own plugin: its session runs one marked test of the parent's.
 child_key = pytest.StashKey[ChildRequest]()
+_PROCESSES = _torch.Loss("cudagraph_subprocess", "running marked tests in processes of their own")
+_AHEAD = _torch.Loss("cudagraph_subprocess", "test processes started while collecting")
 
 
 def is_child(config: pytest.Config) -> bool:
@@ -42,11 +46,13 @@ class IsolationPlugin:
         self._runner: SubprocessRunner | None = None
         self.options = plugin_options(config)
 
+    @ours(_AHEAD)
     def pytest_collectstart(self, collector: pytest.Collector) -> None:
         if isinstance(collector, pytest.Module) and not collector.config.option.collectonly:
             self._prestart(collector)
 
     @pytest.hookimpl(trylast=True)  # after the options have marked the suite's tests
+    @ours(_PROCESSES, honours=subprocess_marker_asked)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
@@ -102,6 +108,7 @@ class _TestsInProcesses:
         self.isolation = isolation
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_PROCESSES, honours=subprocess_marker_asked)
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> bool | None:

@@ -11,9 +11,16 @@ import pytest
 
 from .. import _torch
 from ..core.diagnosis import error_record, hook_diagnoser
-from ..core.facts import ThreadRunFacts, applied_by_key, leaks_key, thread_run_key
+from ..core.facts import (
+    ThreadRunFacts,
+    applied_by_key,
+    leaks_key,
+    plugin_errors_key,
+    thread_run_key,
+)
 from ..core.markers import SUBPROCESS_MARKER, THREAD_MARKER
 from ..core.options import ReportFormat
+from ..core.ours import ours
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
 from ..core.records import (
     USER_PROPERTY,
@@ -32,6 +39,7 @@ from .thread_watch import ThreadExceptionWatch
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER)
+_RECORDING = _torch.Loss("--cudagraph-report", "the records of tests")
 
 
 class TestState:
@@ -84,6 +92,7 @@ class ReportPlugin:
     # -- hooks ---------------------------------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_RECORDING)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self._thread_watch.cover_phase()
         activity = None
@@ -96,6 +105,7 @@ class ReportPlugin:
         item.stash[test_state_key] = TestState(activity)
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_RECORDING)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
         """The main thread's settings when the body starts, fixtures applied."""
         self._thread_watch.cover_phase()
@@ -104,10 +114,12 @@ class ReportPlugin:
             state.activity.main_settings = _torch.cudagraph_switches_here()
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_RECORDING)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         self._thread_watch.cover_phase()
 
     @pytest.hookimpl(wrapper=True)
+    @ours(_RECORDING)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
@@ -191,7 +203,10 @@ class ReportPlugin:
             settings=shown.settings,
             env=self._env.read(),
             activity=activity.as_record() if activity is not None else no_activity(),
-            errors=_errors(state, threads, foreign_errors),
+            errors=[
+                *_errors(state, threads, foreign_errors),
+                *item.stash.get(plugin_errors_key, []),
+            ],
             leaks=item.stash.get(leaks_key, None),
             settings_at_end=shown.at_end,
             settings_varied=shown.varied,

@@ -17,6 +17,8 @@ from .. import _torch
 from ..core.diagnosis import DiagnoseHook, error_record
 from ..core.records import ErrorEntry
 
+_WATCHING = _torch.Loss("--cudagraph-report", "errors of threads that tests start themselves")
+
 
 class ThreadExceptionWatch:
     """Keeps the error entry of each exception that ended a thread, until drained.
@@ -70,6 +72,6 @@ class _ChainedHook:
 
     def __call__(self, args: threading.ExceptHookArgs) -> None:
         try:
-            self.watch.seen(args)
+            _torch.run_ours(_WATCHING, self.watch.seen, args)  # in the thread that ended
         finally:
             self.previous(args)

@@ -14,6 +14,7 @@ import pytest
 from .. import _torch
 from ..core.diagnosis import UNCLASSIFIED
 from ..core.options import OPTION_OF, ReportFormat
+from ..core.ours import ours
 from ..core.records import (
     USER_PROPERTY,
     Environment,
@@ -35,6 +36,7 @@ NOTHING_TO_SHOW: Final = "no test had an error, a finding, a leak or a CUDA-grap
 # The reports that carry a test's record: its teardown's, or pytest-xdist's for a test whose
 # worker died (its phase unknown, xdist says "???").
 RECORD_PHASES: Final = ("teardown", "???")
+_WRITING = _torch.Loss("--cudagraph-report", "the report's terminal section and files")
 
 
 class ReportWriter:
@@ -48,6 +50,7 @@ class ReportWriter:
         self.records: dict[str, TestRecord] = {}
         self.file_lines: list[tuple[str, bool]] = []  # what became of each file; True: an error
 
+    @ours(_WRITING)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when not in RECORD_PHASES:
             return
@@ -56,6 +59,7 @@ class ReportWriter:
                 self.records[report.nodeid] = cast(TestRecord, value)  # JSON across processes
 
     @pytest.hookimpl(trylast=True)
+    @ours(_WRITING)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if any(f.kind in TERMINAL_KINDS for f in self.formats):
             self._terminal_section(terminalreporter)
@@ -90,6 +94,7 @@ class ReportWriter:
             if counts[option]
         ]
 
+    @ours(_WRITING)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         document = None
         for fmt in self.formats:

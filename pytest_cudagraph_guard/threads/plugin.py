@@ -8,11 +8,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .. import _torch
 from ..core import plugin_names
 from ..core.markers import plugin_marks
+from ..core.ours import ours, thread_marker_asked
 
 if TYPE_CHECKING:
     from .run import ThreadSession
+
+_THREADS = _torch.Loss("cudagraph_thread", "running marked tests in threads")
+
+
+def _unittest_case_asked(item: pytest.Item) -> str | None:
+    from .unittest_cases import is_unittest_case
+
+    return thread_marker_asked(item) if is_unittest_case(item) else None
 
 
 class ThreadsPlugin:
@@ -21,6 +31,7 @@ class ThreadsPlugin:
     a session pays per test only for what its tests need."""
 
     @pytest.hookimpl(trylast=True)  # after the options have marked the suite's tests
+    @ours(_THREADS, honours=thread_marker_asked)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
@@ -44,6 +55,7 @@ class ThreadedCalls:
         self.session = session
 
     @pytest.hookimpl(wrapper=True)
+    @ours(_THREADS, honours=thread_marker_asked)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
         __tracebackhide__ = True
         mark = plugin_marks(pyfuncitem)[0]
@@ -65,6 +77,7 @@ class ThreadedCases:
         self.session = session
 
     @pytest.hookimpl(wrapper=True)
+    @ours(_THREADS, honours=_unittest_case_asked)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         __tracebackhide__ = True
         mark = plugin_marks(item)[0]

@@ -1,0 +1,188 @@
+"""Every hook implementation and fixture of the plugin, found by introspection, runs its own code
+under the one guard (``core.ours``): made to fail (``PYTEST_CUDAGRAPH_GUARD_FAULT``) before or
+after its ``yield``, no test's outcome changes, one ``CudagraphGuardWarning`` says so, and a test
+that asked for what the failed code does fails naming the plugin, never passing silently."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+from typing import Any
+
+import pytest
+
+import pytest_cudagraph_guard
+from pytest_cudagraph_guard.core.ours import AFTER, BEFORE, FAULT_VARIABLE, Guarded, guarded_of
+
+# Hooks that declare the plugin's hookspecs and options: the user's command line, ini and
+# conftests name what they declare, so their failure cannot be contained; they run no code
+# that depends on torch or on a test.
+DECLARATIONS = frozenset({"plugin.pytest_addhooks", "plugin.pytest_addoption"})
+_PACKAGE = pytest_cudagraph_guard.__name__
+
+
+def _short(module: str) -> str:
+    return module.removeprefix(f"{_PACKAGE}.")
+
+
+def _is_fixture(value: object) -> bool:
+    return hasattr(value, "_fixture_function_marker") or hasattr(value, "_pytestfixturefunction")
+
+
+def hooks_and_fixtures() -> dict[str, object]:
+    """Every ``pytest_*`` function and method, and every fixture, defined in the package."""
+    found: dict[str, object] = {}
+    for info in pkgutil.walk_packages(pytest_cudagraph_guard.__path__, f"{_PACKAGE}."):
+        if info.name.endswith((".hookspecs", ".__main__")):
+            continue  # specs for other plugins; the command line of test processes
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if getattr(value, "__module__", None) != module.__name__:
+                continue
+            if isinstance(value, type):
+                owner = f"{_short(module.__name__)}.{value.__qualname__}"
+                for attribute, member in vars(value).items():
+                    if attribute.startswith("pytest_"):
+                        found[f"{owner}.{attribute}"] = member
+            elif name.startswith("pytest_") or _is_fixture(value):
+                found[f"{_short(module.__name__)}.{name}"] = value
+    return found
+
+
+def _guarded() -> list[Guarded]:
+    return [g for g in map(guarded_of, hooks_and_fixtures().values()) if g is not None]
+
+
+def _faults() -> list[Any]:
+    return [
+        pytest.param(guarded, where, id=f"{guarded.name}:{where}")
+        for guarded in _guarded()
+        for where in ((BEFORE, AFTER) if guarded.generator else (BEFORE,))
+    ]
+
+
+def test_every_hook_and_fixture_is_guarded_under_its_own_name() -> None:
+    found = hooks_and_fixtures()
+    assert set(found) >= DECLARATIONS
+    unguarded = sorted(name for name, value in found.items() if guarded_of(value) is None)
+    assert unguarded == sorted(DECLARATIONS)
+    for name, value in found.items():
+        guarded = guarded_of(value)
+        assert guarded is None or guarded.name == name
+    assert len(found) - len(DECLARATIONS) >= 35  # what there was when this test was written
+
+
+SUITE = """
+import os
+import threading
+import unittest
+
+import pytest
+import torch._inductor.config as ic
+
+
+def test_plain():
+    assert threading.current_thread().name == os.environ["PLAIN_THREAD"]
+
+
+@pytest.mark.cudagraph_thread(threads=2)
+def test_in_threads():
+    assert threading.current_thread().name.startswith("cudagraph-thread-")
+
+
+@pytest.mark.cudagraph_thread
+class TestCase(unittest.TestCase):
+    def test_in_a_thread(self):
+        assert threading.current_thread().name == "cudagraph-thread-0"
+
+
+@pytest.mark.cudagraph_subprocess
+def test_in_a_process():
+    assert os.getpid() != int(os.environ["SESSION_PID"])
+
+
+def test_leaks():
+    ic.max_autotune = True
+
+
+def test_config_fixtures(inductor_config, dynamo_config):
+    inductor_config["max_autotune_gemm"] = True
+    dynamo_config["cache_size_limit"] = 7
+    assert ic.max_autotune_gemm is True
+
+
+def test_cudagraphs(cudagraphs):
+    assert ic.triton.cudagraphs is True
+"""
+PLAIN = ("test_plain", "test_leaks")  # they ask nothing of the plugin, without a suite option
+TESTS = 7
+WARNING = "CudagraphGuardWarning: cudagraph_guard internal error in "
+
+
+def _run_suite(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fault: str | None, *args: str
+) -> tuple[pytest.RunResult, dict[str, Any]]:
+    ourtester.makepyfile(test_suite=SUITE)
+    monkeypatch.setenv("SESSION_PID", str(os.getpid()))
+    monkeypatch.setenv("PLAIN_THREAD", "cudagraph-thread-0" if args else "MainThread")
+    if fault is not None:
+        monkeypatch.setenv(FAULT_VARIABLE, fault)
+    result = ourtester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-rA", "--cudagraph-report=json:r.json", *args
+    )
+    return result, _reports(result)
+
+
+def _reports(result: pytest.RunResult) -> dict[str, Any]:
+    """Each test's outcome ("passed", "failed" or "error") and the text of its failures."""
+    found: dict[str, Any] = {}
+    for report in result.reprec.getreports("pytest_runtest_logreport"):  # type: ignore[attr-defined]
+        name = report.nodeid.split("::")[-1]
+        outcome, text = found.get(name, ("passed", ""))
+        if report.failed:
+            outcome = "failed" if report.when == "call" and outcome == "passed" else "error"
+            text += report.longreprtext
+        found[name] = (outcome, text)
+    return found
+
+
+def _suite_args(guarded: Guarded) -> tuple[str, ...]:
+    """The suite options' own hooks run only where an option applies them."""
+    return ("--cudagraph-threads=1",) if guarded.name.startswith("suite.") else ()
+
+
+@pytest.mark.parametrize(("guarded", "where"), _faults())
+@pytest.mark.usefixtures("inductor_config")  # where the inner leak guard is off, ours restores
+def test_a_failure_of_our_code_never_changes_an_outcome(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, guarded: Guarded, where: str
+) -> None:
+    fault = guarded.name if where == BEFORE else f"{guarded.name}:{where}"
+    suite_args = _suite_args(guarded)
+    result, outcomes = _run_suite(ourtester, monkeypatch, fault, *suite_args)
+    output = result.stdout.str()
+    assert len(outcomes) == TESTS, output
+    in_a_test_process = guarded.name.startswith("isolation.child.")
+    for name, (outcome, text) in outcomes.items():
+        if outcome == "passed":
+            continue
+        assert suite_args or name not in PLAIN, output
+        named = "cudagraph_guard could not run this test as " in text
+        if in_a_test_process:
+            named = named or "PluginFailure: cudagraph_guard: " in text
+        assert named, f"{name} {outcome} without naming the plugin:\n{output}"
+    warnings = output.count(WARNING)
+    assert warnings <= 1 if in_a_test_process else warnings == 1, output
+    if (ourtester.path / "r.json").exists():
+        records = json.loads((ourtester.path / "r.json").read_text())["tests"]
+        assert {r["nodeid"].split("::")[-1] for r in records} <= set(outcomes)
+
+
+def test_without_a_fault_every_test_passes_where_it_asked_to_run(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result, outcomes = _run_suite(ourtester, monkeypatch, None)
+    assert outcomes == {name: ("passed", "") for name in outcomes}, result.stdout.str()
+    assert len(outcomes) == TESTS
+    assert WARNING not in result.stdout.str()
