@@ -71,6 +71,10 @@ def _keeps_its_own(item: pytest.Item) -> bool:
     )
 
 
+def _asked_on(item: pytest.Item) -> str:
+    return ON_OPTION
+
+
 class CudagraphsOn:
     """``--cudagraph-on`` for the tests that run in this process: CUDA graphs on around each
     test (its threads carry them in), put back after it; through ``take_in`` (the leak guard's),
@@ -80,10 +84,12 @@ class CudagraphsOn:
         self.take_in = take_in
         self.stopped = False
 
+    @ours(_SWITCHING)
     def pytest_report_collectionfinish(self) -> str:
         return f"triton.cudagraphs and triton.cudagraph_trees on for every test by {ON_OPTION}"
 
     @pytest.hookimpl(wrapper=True)
+    @ours(_SWITCHING, honours=_asked_on)
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:
@@ -97,8 +103,8 @@ class CudagraphsOn:
                 self._change(put_back)
 
     def _change(self, change: Callable[[], T]) -> T | None:
-        """``change()``, through ``take_in``; None where torch is not installed or a failure of
-        ours stopped switching for the session."""
+        """``change()``, through ``take_in``; None where torch is not installed. A failure of
+        ours is raised to the guard, which fails the test that asked (``--cudagraph-on``)."""
         if self.stopped:
             return None
         made: list[T] = []
@@ -109,7 +115,4 @@ class CudagraphsOn:
                 self.take_in(lambda: made.append(change()))
         except _torch.TorchNotInstalled:
             self.stopped = True  # nothing to switch
-        except Exception as error:
-            self.stopped = True
-            _torch.note_internal_error(_SWITCHING, error)
         return made[0] if made else None

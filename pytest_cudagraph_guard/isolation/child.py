@@ -40,6 +40,9 @@ _stacks_stream: list[IO[str]] = []  # kept open for faulthandler until the proce
 _LINK = _torch.Loss("cudagraph_subprocess", "the test process's link to the session")
 _NARROWING = _torch.Loss("cudagraph_subprocess", "collecting only the test's own module path")
 _TELLING = _torch.Loss("cudagraph_subprocess", "collection errors, warnings and records sent")
+_QUIETING = _torch.Loss(
+    "cudagraph_subprocess", "pytest's chatter kept out of a dead test's failure"
+)
 
 # Plugins of the parent that must not act in the child: they would rewrite the parent's cache,
 # start workers, stop for a debugger nobody sees, or write the parent's report files.
@@ -168,6 +171,7 @@ class SubprocessChild:
         return str(self.request_path.parent / JOURNAL_NAME) if self.request_path else None
 
     @pytest.hookimpl(trylast=True)
+    @ours(_QUIETING)
     def pytest_configure(self, config: pytest.Config) -> None:
         """pytest's own terminal output of this session (its header, "collected 1 item", the
         progress) goes nowhere: the parent shows the test's reports, and the process's stdout,
@@ -179,6 +183,15 @@ class SubprocessChild:
         config.add_cleanup(chatter.close)
         config.pluginmanager.unregister(standard)
         config.pluginmanager.register(pytest.TerminalReporter(config, chatter), "terminalreporter")
+
+    @ours(_QUIETING)
+    def pytest_internalerror(self, excrepr: object) -> None:
+        """An internal error (the plugin's essential code failing, say) reaches the process's
+        stderr, which the parent shows when the process ran no test: the terminal is quiet."""
+        if _stacks_stream:
+            for line in str(excrepr).splitlines():
+                _stacks_stream[0].write(f"INTERNALERROR> {line}\n")
+            _stacks_stream[0].flush()
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_LINK, essential=True)

@@ -14,6 +14,7 @@ import pytest
 from .. import _torch
 from ..core.facts import journal_path_key
 from ..core.journal import COMPILING, RECORDING, REPLAYING, Activity, JournalWriter
+from ..core.ours import ours
 from ..core.settings import UserEnvReader
 
 # What a controller tells each xdist worker (``workerinput``): where its journal and its fault
@@ -30,6 +31,10 @@ _JOURNAL_LOSS: Final = _torch.Loss(
     "--cudagraph-report", "the last CUDA-graph activity of a test whose process dies"
 )
 
+_FAULTS_LOSS: Final = _torch.Loss(
+    "--cudagraph-report", "the signal of a dead xdist worker, and pytest's fault handler given back"
+)
+
 
 class CrashJournal:
     """Writes this process's journal while tests run; observes torch once it is loaded."""
@@ -41,6 +46,7 @@ class CrashJournal:
         self._env = UserEnvReader()
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_JOURNAL_LOSS)
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         path = self._path_of()
         if path is None:
@@ -92,6 +98,7 @@ class WorkerFaults:
         faulthandler.enable(file=self._file, all_threads=True)
 
     @pytest.hookimpl(tryfirst=True)
+    @ours(_FAULTS_LOSS)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         pytest_stderr = _pytest_fault_fd(config)
         if pytest_stderr is not None:

@@ -40,6 +40,7 @@ from .thread_watch import ThreadExceptionWatch
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER)
 _RECORDING = _torch.Loss("--cudagraph-report", "the records of tests")
+_JUNIT = _torch.Loss("--cudagraph-report", "kinds and hints as JUnit XML properties")
 
 
 class TestState:
@@ -140,6 +141,7 @@ class ReportPlugin:
         return report
 
     @pytest.hookimpl(tryfirst=True)  # before pytest's junitxml reads the properties
+    @ours(_JUNIT)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """The record's kinds and hints as JUnit properties, where the record is final: here,
         or in the process that gathers the reports of xdist workers and test processes."""

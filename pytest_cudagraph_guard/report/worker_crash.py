@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import pytest
 
+from .. import _torch
 from ..core.crash import (
     CrashText,
     ProcessEnd,
@@ -27,12 +28,16 @@ from ..core.crash import (
     wait_status,
 )
 from ..core.journal import journal_reading, read_journal
+from ..core.ours import ours
 from ..core.records import USER_PROPERTY, TestRecord, new_test_record, no_activity
 from ..core.settings import user_torch_env
 from .crash_journal import WORKER_FAULTS, WORKER_JOURNAL
 
 REAP_TIMEOUT_S: Final = 5.0
 LOST: Final = "test process was lost (its connection to xdist's controller ended)"
+
+
+_READING: Final = _torch.Loss("--cudagraph-report", "the records of tests whose xdist worker died")
 
 
 class WorkerCrashes:
@@ -49,12 +54,14 @@ class WorkerCrashes:
         return self._folder
 
     @pytest.hookimpl(optionalhook=True)
+    @ours(_READING)
     def pytest_configure_node(self, node: Any) -> None:
         worker = str(node.gateway.id)
         node.workerinput[WORKER_JOURNAL] = str(self._files() / f"{worker}.journal")
         node.workerinput[WORKER_FAULTS] = str(self._files() / f"{worker}.faults")
 
     @pytest.hookimpl(optionalhook=True)
+    @ours(_READING)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         node: Any = getattr(report, "node", None)
         workerinput = getattr(node, "workerinput", None) or {}
