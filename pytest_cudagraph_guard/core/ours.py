@@ -69,6 +69,10 @@ class InjectedFault(RuntimeError):
     """Raised by the guard where ``PYTEST_CUDAGRAPH_GUARD_FAULT`` names the guarded code."""
 
 
+# Wrappers of a whole test's protocol: what they fail is reported at the test's setup.
+_OUTSIDE_PHASES: Final = frozenset({"pytest_runtest_protocol"})
+
+
 class PluginFailure(Exception):
     """Essential code of the plugin failed: what it serves cannot go on (a test process that
     cannot tell its test or report it)."""
@@ -194,7 +198,9 @@ def _guard_generator(function: F, guarded: Guarded) -> Callable[..., Any]:
         except Exception as error:
             if not _is_ours(error):
                 raise
-            _failed(guarded, call, error, raise_now=True)
+            # Outside a test's phases a failure is no test's: the test fails at its setup.
+            in_a_phase = function.__name__ not in _OUTSIDE_PHASES
+            _failed(guarded, call, error, raise_now=in_a_phase)
             return (yield)
         try:
             sent = yield given

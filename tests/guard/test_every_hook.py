@@ -21,6 +21,8 @@ from pytest_cudagraph_guard.core.ours import AFTER, BEFORE, FAULT_VARIABLE, Guar
 # that depends on torch or on a test.
 DECLARATIONS = frozenset({"plugin.pytest_addhooks", "plugin.pytest_addoption"})
 _PACKAGE = pytest_cudagraph_guard.__name__
+# Hooks that run only in pytest-xdist's workers or controller: a session of their own.
+XDIST_ONLY = ("report.worker_crash.", "report.crash_journal.WorkerFaults.")
 
 
 def _short(module: str) -> str:
@@ -55,10 +57,11 @@ def _guarded() -> list[Guarded]:
     return [g for g in map(guarded_of, hooks_and_fixtures().values()) if g is not None]
 
 
-def _faults() -> list[Any]:
+def _faults(*, under_xdist: bool = False) -> list[Any]:
     return [
         pytest.param(guarded, where, id=f"{guarded.name}:{where}")
         for guarded in _guarded()
+        if guarded.name.startswith(XDIST_ONLY) == under_xdist
         for where in ((BEFORE, AFTER) if guarded.generator else (BEFORE,))
     ]
 
@@ -126,7 +129,8 @@ def _run_suite(
 ) -> tuple[pytest.RunResult, dict[str, Any]]:
     ourtester.makepyfile(test_suite=SUITE)
     monkeypatch.setenv("SESSION_PID", str(os.getpid()))
-    monkeypatch.setenv("PLAIN_THREAD", "cudagraph-thread-0" if args else "MainThread")
+    in_threads = "--cudagraph-threads=1" in args
+    monkeypatch.setenv("PLAIN_THREAD", "cudagraph-thread-0" if in_threads else "MainThread")
     if fault is not None:
         monkeypatch.setenv(FAULT_VARIABLE, fault)
     result = ourtester.runpytest_inprocess(
@@ -150,6 +154,8 @@ def _reports(result: pytest.RunResult) -> dict[str, Any]:
 
 def _suite_args(guarded: Guarded) -> tuple[str, ...]:
     """The suite options' own hooks run only where an option applies them."""
+    if guarded.name.startswith("suite.CudagraphsOn."):
+        return ("--cudagraph-on",)
     return ("--cudagraph-threads=1",) if guarded.name.startswith("suite.") else ()
 
 
@@ -186,3 +192,36 @@ def test_without_a_fault_every_test_passes_where_it_asked_to_run(
     assert outcomes == {name: ("passed", "") for name in outcomes}, result.stdout.str()
     assert len(outcomes) == TESTS
     assert WARNING not in result.stdout.str()
+
+
+XDIST_SUITE = """
+import ctypes
+
+
+def test_before():
+    pass
+
+
+def test_crashes_its_worker():
+    ctypes.string_at(0)
+
+
+def test_after():
+    pass
+"""
+
+
+@pytest.mark.parametrize(("guarded", "where"), _faults(under_xdist=True))
+def test_a_failure_of_our_code_in_an_xdist_hook_never_changes_an_outcome(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, guarded: Guarded, where: str
+) -> None:
+    """A worker's crash and the tests around it end as they do without the fault."""
+    ourtester.makepyfile(test_crash=XDIST_SUITE)
+    monkeypatch.setenv(
+        FAULT_VARIABLE, guarded.name if where == BEFORE else f"{guarded.name}:{where}"
+    )
+    result = ourtester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "1", "--cudagraph-report=json:r.json"
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    assert "INTERNALERROR" not in result.stdout.str()
