@@ -15,6 +15,7 @@ from typing import Any, Final
 import pytest
 
 from ..core.crash import ProcessEnd, crash_error, crash_text, death_summary
+from ..core.environment import user_torch_env
 from ..core.facts import applied_by_key
 from ..core.journal import journal_reading, read_journal
 from ..core.markers import SUBPROCESS_MARKER, SubprocessOptions
@@ -27,7 +28,7 @@ from ..core.records import (
     new_test_record,
     no_activity,
 )
-from ..core.settings import cudagraph_switches, user_torch_env
+from ..core.settings import cudagraph_switches
 from ..core.warnings import CudagraphGuardWarning
 from .expected import expected_death
 from .pool import ChildExit, SubprocessRunner
@@ -142,7 +143,7 @@ def child_request(
     session = plugin_options(item.config)
     return {
         "cwd": str(params.dir),
-        "env": {**session_environment(session.process_env), **dict(options.env)},
+        "env": process_environment(item, options),
         "sys_path": list(sys.path),
         "args": [str(arg) for arg in params.args],
         "nodearg": node_argument(item),
@@ -167,6 +168,13 @@ def session_environment(process_env: tuple[tuple[str, str], ...]) -> dict[str, s
     with ini ``cudagraph_process_env``'s variables set."""
     inherited = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
     return {**inherited, **dict(process_env)}
+
+
+def process_environment(item: pytest.Item, options: SubprocessOptions) -> dict[str, str]:
+    """The environment of the process that runs ``item``: the session's for test processes,
+    with the marker's ``env`` set."""
+    process_env = plugin_options(item.config).process_env
+    return {**session_environment(process_env), **dict(options.env)}
 
 
 def node_argument(item: pytest.Item) -> str:
@@ -312,7 +320,7 @@ def _death_record(
         outcome=verdict,
         where=where,
         settings=settings,
-        env=env if env is not None else user_torch_env({**os.environ, **dict(options.env)}),
+        env=env if env is not None else user_torch_env(process_environment(item, options)),
         activity=no_activity(),
         errors=[error],
         uses_plugin=True,  # the marker, or the option that applied it

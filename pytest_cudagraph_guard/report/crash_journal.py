@@ -12,9 +12,9 @@ from typing import IO, Any, Final
 import pytest
 
 from .. import _torch
+from ..core.environment import UserEnvReader
 from ..core.facts import journal_path_key
 from ..core.journal import COMPILING, RECORDING, REPLAYING, Activity, JournalWriter
-from ..core.settings import UserEnvReader
 
 # What a controller tells each xdist worker (``workerinput``): where its journal and its fault
 # handler's output go.
