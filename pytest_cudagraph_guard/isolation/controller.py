@@ -33,7 +33,15 @@ from ..core.warnings import CudagraphGuardWarning
 from .expected import expected_death
 from .pool import ChildExit, SubprocessRunner
 from .preloads import installed_plugin_modules, modules_for_a_zygote
-from .protocol import JOURNAL_NAME, RESULTS_NAME, STDERR_NAME, STDOUT_NAME, ChildRequest
+from .protocol import (
+    JOURNAL_NAME,
+    RESULTS_NAME,
+    STDERR_NAME,
+    STDOUT_NAME,
+    ChildRequest,
+    SerializedReport,
+    WarningSent,
+)
 
 PHASES: Final = ("setup", "call", "teardown")
 
@@ -42,8 +50,8 @@ PHASES: Final = ("setup", "call", "teardown")
 
 @dataclass
 class ChildMessages:
-    reports: list[dict[str, Any]] = field(default_factory=list)
-    warnings: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[SerializedReport] = field(default_factory=list)
+    warnings: list[WarningSent] = field(default_factory=list)
     collect_errors: list[str] = field(default_factory=list)
 
 
@@ -67,7 +75,7 @@ def read_messages(outcome: ChildExit) -> ChildMessages:
     return messages
 
 
-def emit_warnings(config: pytest.Config, nodeid: str, found: list[dict[str, Any]]) -> None:
+def emit_warnings(config: pytest.Config, nodeid: str, found: list[WarningSent]) -> None:
     for data in found:
         category = _warning_category(data["category"])
         _record_warning(config, nodeid, category(data["message"]), data["filename"], data["lineno"])
@@ -196,7 +204,7 @@ def _log_child_reports(item: pytest.Item, messages: ChildMessages) -> list[str]:
     return logged
 
 
-def _tuples_back(data: dict[str, Any]) -> dict[str, Any]:
+def _tuples_back(data: SerializedReport) -> SerializedReport:
     """JSON turned the report's tuples into lists; pytest's reporters want them back."""
     data = dict(data)
     for key in ("location", "longrepr"):

@@ -133,16 +133,8 @@ def _environment(options: OptionsRecord | None) -> Environment:
     except _torch.TorchNotInstalled:
         import platform
 
-        found = {"python": platform.python_version(), "gpus": []}
-    return environment_record(
-        python=found["python"],
-        torch=found.get("torch"),
-        triton=found.get("triton"),
-        cuda=found.get("cuda"),
-        driver=found.get("driver"),
-        gpus=found["gpus"],
-        options=options,
-    )
+        return environment_record(python=platform.python_version(), options=options)
+    return environment_record(**found, options=options)
 
 
 def write_atomically(path: Path, text: str) -> None:
