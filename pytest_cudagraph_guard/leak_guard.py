@@ -15,6 +15,7 @@ from . import _torch
 from .core.config_state import Change, QuickCheck, Snapshot, absorb, restore
 from .core.facts import leaks_key
 from .core.ours import note_failure, ours
+from .core.tracebacks import innermost
 from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
 
 T = TypeVar("T")
@@ -200,11 +201,9 @@ def _warn_at(item: pytest.Item, message: str) -> None:
 def raised_by_us(error: BaseException) -> bool:
     """Whether ``error`` was raised by the plugin's own code rather than while reading torch:
     the frame that raised it is in this package, outside the torch boundary (``_torch``)."""
-    tb = error.__traceback__
+    tb = innermost(error)
     if tb is None:
         return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
     raised_in = Path(tb.tb_frame.f_code.co_filename).resolve()
     return raised_in.is_relative_to(_PACKAGE) and not raised_in.is_relative_to(_PACKAGE / "_torch")
 

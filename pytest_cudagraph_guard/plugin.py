@@ -82,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if formats or options.fail_on:  # --cudagraph-fail-on reads the records
         from .report.plugin import ReportPlugin
 
-        report = ReportPlugin(config, formats, options.fail_on)
+        report = ReportPlugin(config, options.fail_on)
         report.start()
         register(report, plugin_names.REPORT)
         _crash_records(config)

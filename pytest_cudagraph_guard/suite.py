@@ -13,7 +13,7 @@ import pytest
 from . import _torch
 from .core.facts import applied_by_key
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
-from .core.options import OPTION_OF, PluginOptions, plugin_options
+from .core.options import OPTION_OF, PluginOptions, applied_lines, plugin_options
 from .core.ours import ours
 
 ON_OPTION: Final = "--cudagraph-on"
@@ -43,7 +43,7 @@ class SuitePlugin:
             )
         if options.subprocess:
             self.marks.append(getattr(pytest.mark, SUBPROCESS_MARKER)())
-        self.applied: Counter[str] = Counter()
+        self.applied: Counter[str] = Counter()  # tests by the option that marked them
 
     @pytest.hookimpl(trylast=True)
     @ours(_APPLYING, honours=asked_by_suite_option)
@@ -54,14 +54,11 @@ class SuitePlugin:
             for mark in self.marks:
                 item.add_marker(mark)
                 item.stash[applied_by_key] = OPTION_OF[mark.name]
-                self.applied[mark.name] += 1
+                self.applied[OPTION_OF[mark.name]] += 1
 
     @ours(_APPLYING)
     def pytest_report_collectionfinish(self) -> list[str]:
-        return [
-            f"{marker} applied to {count} tests by {OPTION_OF[marker]}"
-            for marker, count in self.applied.items()
-        ]
+        return applied_lines(self.applied)
 
 
 def _keeps_its_own(item: pytest.Item) -> bool:

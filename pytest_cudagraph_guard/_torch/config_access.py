@@ -26,6 +26,9 @@ INDUCTOR_CONFIG: Final = "torch._inductor.config"
 DYNAMO_CONFIG: Final = "torch._dynamo.config"
 GUARDED_CONFIG_MODULES: Final = (INDUCTOR_CONFIG, DYNAMO_CONFIG)
 CUDAGRAPH_SWITCHES: Final = ("triton.cudagraphs", "triton.cudagraph_trees")
+# A config module's ``_config`` as torch keeps it: each key's value (``plain``) or its
+# ``_ConfigEntry`` (the other layouts).
+ConfigTable = dict[str, Any]
 
 
 class ConfigAccess:
@@ -34,7 +37,7 @@ class ConfigAccess:
     def __init__(self, module: ModuleType) -> None:
         self.module = module
         self.name: str = module.__name__
-        self._config: dict[str, Any] = module.__dict__["_config"]
+        self._config: ConfigTable = module.__dict__["_config"]
         self.layout = _layout_of(module)
         self._torch_unset: object = _torch_unset_sentinel(module, self.layout)
         self._pristine_keys = tuple(self._config)
@@ -58,7 +61,7 @@ class ConfigAccess:
 
     def raw(self, key: str) -> RawEntry:
         if self.layout == "plain":
-            defaults: dict[str, Any] = self.module.__dict__.get("_default", {})
+            defaults: dict[str, object] = self.module.__dict__.get("_default", {})
             default = defaults.get(key)
             if key not in self._config:
                 return RawEntry(UNSET, default, True)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, Final
 
+from .config_access import ConfigTable
 from .faults import note_missing
 from .patches import PATCHES, PatchRow, owner_path, swap_class
 
@@ -61,7 +62,7 @@ def end_session() -> None:
 
 def _aliases(module: ModuleType) -> dict[str, str]:
     """``{alias key: dotted path of the setting it stands for}`` (2.6+)."""
-    config: dict[str, Any] = module.__dict__["_config"]
+    config: ConfigTable = module.__dict__["_config"]
     return {k: str(e.alias) for k, e in config.items() if getattr(e, "alias", None)}
 
 

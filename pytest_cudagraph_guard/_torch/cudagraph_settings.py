@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from contextvars import Context
-from typing import Any, Final
+from typing import Final
 
 from .config_access import (
     CUDAGRAPH_SWITCHES,
@@ -15,6 +15,7 @@ from .config_access import (
     loaded_config,
     loaded_guarded_configs,
 )
+from .events import ConfigValues
 from .faults import Loss, run_ours
 from .runtime import release_tuple
 from .values import RawEntry
@@ -60,7 +61,7 @@ def adopt_thread_overrides(contexts: Iterable[Context]) -> None:
         run_ours(_ADOPTING, config.adopt_overrides, finished)
 
 
-def cudagraph_switches_here() -> dict[str, Any]:
+def cudagraph_switches_here() -> ConfigValues:
     """``triton.cudagraphs`` and ``triton.cudagraph_trees`` as the calling context sees them."""
     config = loaded_config(INDUCTOR_CONFIG)
     if config is None:
@@ -68,7 +69,7 @@ def cudagraph_switches_here() -> dict[str, Any]:
     return {key: config.effective(key) for key in CUDAGRAPH_SWITCHES if config.has_key(key)}
 
 
-def cudagraph_settings_here() -> dict[str, Any]:
+def cudagraph_settings_here() -> ConfigValues:
     """Every cudagraph key of inductor's config (nested ones too) as the calling context sees
     it: what a compile made now compiles with."""
     config = loaded_config(INDUCTOR_CONFIG)

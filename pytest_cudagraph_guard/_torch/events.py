@@ -14,6 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+# A torch.compile option as an event carries it (options of other types are left out).
+CompileOption = bool | int | float | str
+# Config keys with the values torch acts under, of whatever type torch gives them.
+ConfigValues = dict[str, object]
+
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
@@ -21,8 +26,8 @@ class Compiled:
 
     thread: str
     backend: str
-    options: dict[str, Any]
-    settings: dict[str, Any]
+    options: dict[str, CompileOption]
+    settings: ConfigValues
     function: str | None = None
 
 
@@ -40,7 +45,7 @@ class Recorded:
     """A CUDA graph captured (a tree manager's set-up capture is not one)."""
 
     thread: str
-    settings: dict[str, Any]
+    settings: ConfigValues
     function: str | None = None
 
 
@@ -49,7 +54,7 @@ class Replayed:
     """A CUDA graph replayed; ``settings`` only at a test's first moment."""
 
     thread: str
-    settings: dict[str, Any] | None = None
+    settings: ConfigValues | None = None
     function: str | None = None
 
 

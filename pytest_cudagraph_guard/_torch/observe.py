@@ -21,6 +21,8 @@ from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
 from .events import (
     AUDIENCE,
     Compiled,
+    CompileOption,
+    ConfigValues,
     CrossThread,
     Cudagraphified,
     Observer,
@@ -35,7 +37,7 @@ from .import_hooks import OnEachImport
 from .patches import PATCHES, Patches, owner_class
 from .runtime import release_tuple
 from .thread_names import started_outside_python, thread_label
-from .tree_events import function_name, patch_tree_events, recording_function
+from .tree_events import function_id_of, function_name, patch_tree_events, recording_function
 from .trees import CUDAGRAPH_TREES
 
 INDUCTOR_BACKEND: Final = "inductor"
@@ -106,7 +108,7 @@ def begin_test() -> None:
     _STATE.ran_graphs = set()
 
 
-def _settings_moment() -> dict[str, Any]:
+def _settings_moment() -> ConfigValues:
     """The settings as torch acts now, in the acting thread; the test has its first moment."""
     AUDIENCE.settings_wanted = False
     return cudagraph_settings_here()
@@ -119,7 +121,7 @@ def end_session() -> None:
         _STATE.skipped_graphs.clear()
 
 
-def _options_of(config_patches: Any) -> dict[str, Any]:
+def _options_of(config_patches: object) -> dict[str, CompileOption]:
     if not isinstance(config_patches, dict):
         return {}
     return {str(k): v for k, v in config_patches.items() if isinstance(v, (bool, int, float, str))}
@@ -128,7 +130,7 @@ def _options_of(config_patches: Any) -> dict[str, Any]:
 def _observed_compile_fx(compile_fx: Any) -> Any:
     loss = PATCHES["observe.compile_fx"].loss
 
-    def observe(kwargs: dict[str, Any]) -> None:
+    def observe(kwargs: dict[str, object]) -> None:
         options = _options_of(kwargs.get("config_patches"))
         if options or not kwargs.get("inner_compile"):
             emit(Compiled(thread_label(), INDUCTOR_BACKEND, options, _settings_moment()))
@@ -268,12 +270,12 @@ def _observed_manager_run(run: Any) -> Any:
 
     loss = PATCHES["observe.manager_run"].loss
 
-    def observe(manager: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def observe(manager: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         if started_outside_python(threading.current_thread()):
             return  # autograd's engine threads get the caller's trees from torch, on purpose
         creator = creators.get(manager)
         if creator is not None and creator[0] != threading.get_ident():
-            function_id = kwargs.get("function_id", args[1] if len(args) > 1 else None)
+            function_id = function_id_of(args, kwargs)
             emit(CrossThread(thread_label(), creator[1], function_name(manager, function_id)))
 
     @functools.wraps(run)

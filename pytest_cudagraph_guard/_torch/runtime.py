@@ -5,7 +5,18 @@ from __future__ import annotations
 import importlib
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TypedDict
+
+
+class Versions(TypedDict):
+    """What a report says the session ran with (None: not installed or not known)."""
+
+    python: str
+    torch: str | None
+    triton: str | None
+    cuda: str | None
+    driver: str | None
+    gpus: list[str]
 
 
 class TorchNotInstalled(ImportError):
@@ -55,20 +66,20 @@ def cuda_version() -> str | None:
     return None if torch is None else getattr(torch.version, "cuda", None)
 
 
-def versions() -> dict[str, Any]:
+def versions() -> Versions:
     """torch, triton, CUDA, driver and Python versions, and the GPUs (CUDA is initialised)."""
     import platform
 
     torch = import_torch()
     triton = _try_import("triton")
-    found: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": str(torch.__version__),
-        "triton": getattr(triton, "__version__", None) if triton else None,
-        "cuda": cuda_version(),
-        "driver": None,
-        "gpus": [],
-    }
+    found = Versions(
+        python=platform.python_version(),
+        torch=str(torch.__version__),
+        triton=getattr(triton, "__version__", None) if triton else None,
+        cuda=cuda_version(),
+        driver=None,
+        gpus=[],
+    )
     if cuda_visible():
         found["gpus"] = [
             torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())

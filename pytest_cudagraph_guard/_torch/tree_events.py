@@ -109,7 +109,8 @@ def _node_function(node: Any) -> str:
     return name_from_traces(getattr(node, "stack_traces", None)) or _unnamed(function_id)
 
 
-def _function_id(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def function_id_of(args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+    """The ``function_id`` argument of a tree manager's method, however it was passed."""
     return kwargs.get("function_id", args[1] if len(args) > 1 else None)
 
 
@@ -145,8 +146,8 @@ def _observed_record_function(record: Any) -> Any:
     loss = PATCHES["tree_events.record_function"].loss
     here = _HERE
 
-    def observe(manager: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        function_id = _function_id(args, kwargs)
+    def observe(manager: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        function_id = function_id_of(args, kwargs)
         name = function_name(manager, function_id)
         here.recording = name
         current = getattr(manager, "current_node", None)
@@ -181,7 +182,7 @@ def _observed_tree_cudagraphify(cudagraphify: Any) -> Any:
     new input size of a dynamic-shape graph."""
     loss = PATCHES["tree_events.cudagraphify"].loss
 
-    def observe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def observe(args: tuple[object, ...], kwargs: dict[str, Any]) -> None:
         model = kwargs.get("model", args[0] if args else None)
         if _times_made(model):
             name = name_from_traces(kwargs.get("stack_traces"))

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 from .. import _torch
 from .._torch import HIDDEN, UNSET, ConfigAccess, RawEntry
+from .environment import environ_stamp, torch_env
 from .records import LeakEntry, leak_entry
-from .settings import ENV_PREFIXES, jsonable
+from .settings import StoredValues, jsonable
 
 ENV_UNSET: Final = "<unset>"
-
-
-def relevant_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
-
-
-def _environ_data() -> dict[Any, Any]:
-    data = getattr(os.environ, "_data", None)
-    return data if isinstance(data, dict) else dict(os.environ)
-
-
-def raw_environ() -> dict[Any, Any]:
-    """A cheap copy of the whole environment, only to tell whether anything changed."""
-    return dict(_environ_data())
 
 
 class Change(NamedTuple):
@@ -84,7 +70,7 @@ class Snapshot:
     @classmethod
     def take(cls) -> Snapshot:
         modules = {cfg.name: cfg.snapshot() for cfg in _torch.loaded_guarded_configs()}
-        return cls(relevant_env(), modules)
+        return cls(torch_env(), modules)
 
 
 class _KeyDiff(NamedTuple):
@@ -180,42 +166,33 @@ def absorb(baseline: Snapshot, before: Snapshot, after: Snapshot) -> None:
                 baseline.env.pop(key, None)
 
 
-def _uncopied(kept: Any, value: Any) -> bool:
-    """Whether ``kept`` is ``value`` itself where a copy was wanted: in-place changes to it
-    cannot be seen, and the snapshot has said so."""
-    return kept is value and value is not UNSET and _torch.is_mutable(value)
-
-
 class QuickCheck:
     """An O(changes) test of "is the state still what ``Snapshot`` saw", for the hot path.
 
-    It watches the config modules' own change counter, the environment, which config modules
-    are imported, every default object, and the values of mutable keys (changed in place; a
-    value that cannot be copied is named once by the snapshot and left out).
+    It watches the config modules' own change counter, torch's environment variables, which
+    config modules are imported, every default object, and the values of mutable keys (changed
+    in place; one that cannot be copied is named once by the snapshot, and only its replacement
+    is seen).
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._count = _torch.change_count()
-        self._environ = raw_environ()
+        self._stamp = environ_stamp()
         self._modules = {name: sys.modules.get(name) for name in _torch.GUARDED_CONFIG_MODULES}
         self._defaults: list[tuple[ConfigAccess, list[Any]]] = []
-        self._mutable: list[tuple[Callable[[], tuple[Any, Any]], tuple[Any, Any]]] = []
+        mutable_readers = []
         for name, entries in snapshot.modules.items():
             cfg = _torch.loaded_config(name)
             if cfg is None:
                 continue
             self._defaults.append((cfg, cfg.defaults_vector()))
-            for key in cfg.mutable_keys(entries):
-                read = cfg.raw_reader(key)
-                now = read()
-                kept = _torch.copy_value(now[0]), _torch.copy_value(now[1])
-                if not any(_uncopied(k, n) for k, n in zip(kept, now, strict=True)):
-                    self._mutable.append((read, kept))
+            mutable_readers += [cfg.raw_reader(key) for key in cfg.mutable_keys(entries)]
+        self._mutable = StoredValues(mutable_readers)
 
     def unchanged(self) -> bool:
         if not _torch.counts_every_change():
             return False  # the count proves nothing: the caller compares in full
-        if _torch.change_count() != self._count or _environ_data() != self._environ:
+        if _torch.change_count() != self._count or environ_stamp() != self._stamp:
             return False
         for name, module in self._modules.items():
             if sys.modules.get(name) is not module:
@@ -223,9 +200,4 @@ class QuickCheck:
         for cfg, defaults in self._defaults:
             if cfg.defaults_vector() != defaults:
                 return False
-        differ = _torch.values_differ
-        for read, (override, default) in self._mutable:
-            now_override, now_default = read()
-            if differ(now_override, override) or differ(now_default, default):
-                return False
-        return True
+        return self._mutable.unchanged()

@@ -10,7 +10,6 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Final
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from .. import _torch
 from . import crash
 from .records import ErrorEntry, error_entry
+from .tracebacks import innermost
 
 TLS_MISSING: Final = "tls-missing"
 CAPTURE_CONFLICT: Final = "capture-conflict"
@@ -388,15 +388,8 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _innermost(exc: BaseException) -> TracebackType | None:
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb
-
-
 def _innermost_is(exc: BaseException, function: str | None, files: tuple[str, ...]) -> bool:
-    tb = _innermost(exc)
+    tb = innermost(exc)
     if tb is None:
         return False
     code = tb.tb_frame.f_code
@@ -405,5 +398,5 @@ def _innermost_is(exc: BaseException, function: str | None, files: tuple[str, ..
 
 
 def _innermost_line(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    return (frames[-1].line or "") if frames else ""
+    tb = innermost(exc)
+    return (traceback.extract_tb(tb)[0].line or "") if tb is not None else ""

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 COMPILING: Final = "compiling"
 RECORDING: Final = "recording"
@@ -43,6 +43,23 @@ class Activity:
         return f"{self.doing} {graph} in thread `{self.thread}`"
 
 
+class _StartLine(TypedDict, total=False):
+    """A test starts; ``env`` only where it differs from the last one written."""
+
+    test: str
+    thread: str
+    ident: int
+    env: dict[str, str]
+
+
+class _ActivityLine(TypedDict):
+    doing: str
+    thread: str
+    ident: int
+    function: str | None
+    backend: str | None
+
+
 class JournalWriter:
     """Appends to one process's journal; opened at the first line."""
 
@@ -56,7 +73,7 @@ class JournalWriter:
         """A test starts in this thread, with ``env`` (the relevant environment variables)."""
         self._last = None
         name, ident = threading.current_thread().name, threading.get_ident()
-        line: dict[str, Any] = {"test": nodeid, "thread": name, "ident": ident}
+        line: _StartLine = {"test": nodeid, "thread": name, "ident": ident}
         if env != self._env:  # said once, then again only where it changed
             self._env = line["env"] = env
         self._write(line)
@@ -67,7 +84,7 @@ class JournalWriter:
         if activity == self._last:
             return
         self._last = activity
-        line = {
+        line: _ActivityLine = {
             "doing": activity.doing,
             "thread": activity.thread,
             "ident": threading.get_ident(),
@@ -82,7 +99,7 @@ class JournalWriter:
                 os.close(self._fd)
             self._fd = None
 
-    def _write(self, line: dict[str, Any]) -> None:
+    def _write(self, line: _StartLine | _ActivityLine) -> None:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.write(self._fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())

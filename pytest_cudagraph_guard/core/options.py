@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -52,6 +52,16 @@ OPTION_OF: Final = {
     THREAD_MARKER: option_flag("threads"),
     SUBPROCESS_MARKER: option_flag("subprocess"),
 }
+
+
+def applied_lines(tests_by_option: Mapping[str, int]) -> list[str]:
+    """What the suite options applied, from the number of tests each applied its marker to:
+    e.g. ``cudagraph_subprocess applied to 517 tests by --cudagraph-subprocess``."""
+    return [
+        f"{marker} applied to {tests_by_option[option]} tests by {option}"
+        for marker, option in OPTION_OF.items()
+        if tests_by_option.get(option)
+    ]
 
 
 class ReportFormat(NamedTuple):

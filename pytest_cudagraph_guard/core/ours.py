@@ -271,7 +271,7 @@ class _Call:
         self.args = args
         self.kwargs = kwargs
 
-    def arguments(self) -> dict[str, Any]:
+    def arguments(self) -> dict[str, object]:
         names = list(inspect.signature(self.function).parameters)
         return {**dict(zip(names, self.args, strict=False)), **self.kwargs}
 

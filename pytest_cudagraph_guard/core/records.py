@@ -6,9 +6,11 @@ crosses pytest-xdist and test processes as JSON.
 
 from __future__ import annotations
 
-from typing import Any, Final, TypedDict
+from typing import Any, Final, TypeAlias, TypedDict
 
 USER_PROPERTY: Final = "cudagraph"
+# A value as JSON holds it.
+JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 
 
 class ErrorEntry(TypedDict):
@@ -35,10 +37,10 @@ class CompiledEntry(TypedDict):
 
     thread: str
     backend: str
-    options: dict[str, Any]
+    options: dict[str, JsonValue]
     cudagraphs: bool
     trees: Any
-    settings: dict[str, Any]
+    settings: dict[str, JsonValue]
 
 
 class LeakEntry(TypedDict):
@@ -174,10 +176,10 @@ def compiled_entry(
     *,
     thread: str,
     backend: str,
-    options: dict[str, Any],
+    options: dict[str, JsonValue],
     cudagraphs: bool,
     trees: Any,
-    settings: dict[str, Any],
+    settings: dict[str, JsonValue],
 ) -> CompiledEntry:
     return {
         "thread": thread,
@@ -258,20 +260,21 @@ def new_test_record(
 def environment_record(
     *,
     python: str,
-    torch: str | None,
-    triton: str | None,
-    cuda: str | None,
-    driver: str | None,
-    gpus: list[str],
+    torch: str | None = None,
+    triton: str | None = None,
+    cuda: str | None = None,
+    driver: str | None = None,
+    gpus: list[str] | None = None,
     options: OptionsRecord | None = None,
 ) -> Environment:
+    """The session's environment; a version not given is not installed or not known."""
     return {
         "python": python,
         "torch": torch,
         "triton": triton,
         "cuda": cuda,
         "driver": driver,
-        "gpus": gpus,
+        "gpus": gpus or [],
         "options": options,
     }
 

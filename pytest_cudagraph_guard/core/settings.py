@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
 from .. import _torch
 from .._torch import HIDDEN, UNSET
+from .environment import EnvironStamp, environ_stamp, torch_env
 from .records import SettingEntry, setting_entry
 
-ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
 # Besides the config modules, the modules whose source names the variables torch reads.
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
 
@@ -35,7 +35,7 @@ def effective_settings(extra_keys: Iterable[str] = ()) -> dict[str, Setting]:
     config = _torch.import_config(_torch.INDUCTOR_CONFIG)
     # Reading which variables set which key parses torch's config source: only worth it when
     # one of torch's variables is set at all.
-    names = _torch.env_names(config) if _torch_environ() else {}
+    names = _torch.env_names(config) if environ_stamp() else {}
     keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
     found = {}
     for key in dict.fromkeys(keys):
@@ -44,40 +44,17 @@ def effective_settings(extra_keys: Iterable[str] = ()) -> dict[str, Setting]:
     return found
 
 
-class SettingsReader:
-    """``settings_record(effective_settings(keys))``, read again only when a key's stored value
-    or the environment changed since the last read: most tests change neither, and a full read
-    (sources included) costs far more than comparing what it was made from."""
+class StoredValues:
+    """Some config keys' (override, default) as torch stores them, copied at one moment: tells
+    cheaply whether any of them changed since. A value that cannot be copied is kept as itself:
+    its replacement is still seen."""
 
-    def __init__(self) -> None:
-        self._config: _torch.ConfigAccess | None = None
-        self._keys: list[str] = []
-        self._readers: list[Callable[[], tuple[Any, Any]]] = []
-        self._made_from: list[tuple[Any, Any]] = []
-        self._environ: list[tuple[Any, Any]] = []
-        self._record: dict[str, SettingEntry] = {}
+    def __init__(self, readers: Sequence[Callable[[], tuple[Any, Any]]]) -> None:
+        self._kept = [(read, _copied(read())) for read in readers]
 
-    def read(self, extra_keys: Iterable[str] = ()) -> dict[str, SettingEntry]:
-        config = _torch.loaded_config(_torch.INDUCTOR_CONFIG)
-        if config is None:
-            config = _torch.import_config(_torch.INDUCTOR_CONFIG)
-        keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
-        if config is not self._config or keys != self._keys:
-            self._config, self._keys = config, keys
-            self._readers = [config.raw_reader(key) for key in keys]
-            self._made_from = []
-        if self._unchanged():
-            return dict(self._record)
-        self._record = settings_record(effective_settings(extra_keys))
-        self._made_from = [_copied(read()) for read in self._readers]
-        self._environ = _torch_environ()
-        return dict(self._record)
-
-    def _unchanged(self) -> bool:
-        if not self._made_from or _torch_environ() != self._environ:
-            return False
+    def unchanged(self) -> bool:
         differ = _torch.values_differ
-        for read, (override, default) in zip(self._readers, self._made_from, strict=True):
+        for read, (override, default) in self._kept:
             now_override, now_default = read()
             if differ(now_override, override) or differ(now_default, default):
                 return False
@@ -88,16 +65,34 @@ def _copied(raw: tuple[Any, Any]) -> tuple[Any, Any]:
     return (_torch.copy_value(raw[0]), _torch.copy_value(raw[1]))
 
 
-def _torch_environ() -> list[tuple[Any, Any]]:
-    """The variables whose names start with ``TORCH`` (every prefix torch reads), as stored:
-    cheap to compare, unlike the whole environment (pytest sets PYTEST_CURRENT_TEST each phase)."""
-    data = getattr(os.environ, "_data", None)
-    if not isinstance(data, dict):
-        data = dict(os.environ)
-    return [(k, v) for k, v in data.items() if k[:5] in _TORCH_PREFIXES]
+class SettingsReader:
+    """``settings_record(effective_settings(keys))``, read again only when a key's stored value
+    or torch's environment variables changed since the last read: most tests change neither,
+    and a full read (sources included) costs far more than comparing what it was made from."""
 
+    def __init__(self) -> None:
+        self._config: _torch.ConfigAccess | None = None
+        self._keys: list[str] = []
+        self._made_from: StoredValues | None = None
+        self._stamp: EnvironStamp = []
+        self._record: dict[str, SettingEntry] = {}
 
-_TORCH_PREFIXES: Final = (b"TORCH", "TORCH")
+    def read(self, extra_keys: Iterable[str] = ()) -> dict[str, SettingEntry]:
+        config = _torch.loaded_config(_torch.INDUCTOR_CONFIG)
+        if config is None:
+            config = _torch.import_config(_torch.INDUCTOR_CONFIG)
+        keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
+        if config is not self._config or keys != self._keys:
+            self._config, self._keys, self._made_from = config, keys, None
+        if not self._unchanged():
+            self._record = settings_record(effective_settings(extra_keys))
+            self._made_from = StoredValues([config.raw_reader(key) for key in keys])
+            self._stamp = environ_stamp()
+        return dict(self._record)
+
+    def _unchanged(self) -> bool:
+        made_from = self._made_from
+        return made_from is not None and environ_stamp() == self._stamp and made_from.unchanged()
 
 
 def _source(
@@ -123,7 +118,7 @@ def default_entry(key: str) -> SettingEntry | None:
     if config is None or not config.has_key(key):
         return None
     value = config.effective(key, _torch.RawEntry(UNSET, config.raw(key).default, False))
-    names = _torch.env_names(config) if _torch_environ() else {}
+    names = _torch.env_names(config) if environ_stamp() else {}
     source = next((f"env:{name}" for name in names.get(key, []) if name in os.environ), None)
     return setting_entry(jsonable(value), source or "default")
 
@@ -153,49 +148,6 @@ def jsonable(value: Any) -> Any:
 
 def settings_record(settings: dict[str, Setting]) -> dict[str, SettingEntry]:
     return {k: setting_entry(jsonable(s.value), s.source) for k, s in settings.items()}
-
-
-class EnvReader:
-    """``torch_env()``, made again only when torch's variables changed since the last call."""
-
-    def __init__(self) -> None:
-        self._environ: list[tuple[Any, Any]] | None = None
-        self._found: dict[str, str] = {}
-
-    def read(self) -> dict[str, str]:
-        environ = _torch_environ()
-        if environ != self._environ:
-            self._found = torch_env()
-            self._environ = environ
-        return dict(self._found)
-
-
-def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    items = (os.environ if environ is None else environ).items()
-    return {k: v for k, v in sorted(items) if k.startswith(ENV_PREFIXES)}
-
-
-def user_torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """:func:`torch_env` less what torch wrote there by itself (its default cache folder)."""
-    return {k: v for k, v in torch_env(environ).items() if not _torch.is_torch_env_memo(k, None, v)}
-
-
-class UserEnvReader:
-    """:func:`user_torch_env` of this process, cheap to call per test: made again only when
-    torch's variables changed, each variable's value judged once."""
-
-    def __init__(self) -> None:
-        self._env = EnvReader()
-        self._torch_memos: dict[tuple[str, str], bool] = {}
-
-    def read(self) -> dict[str, str]:
-        return {k: v for k, v in self._env.read().items() if not self._torch_memo(k, v)}
-
-    def _torch_memo(self, name: str, value: str) -> bool:
-        known = self._torch_memos.get((name, value))
-        if known is None:
-            known = self._torch_memos[(name, value)] = _torch.is_torch_env_memo(name, None, value)
-        return known
 
 
 def env_read_by_torch() -> dict[str, str | None]:

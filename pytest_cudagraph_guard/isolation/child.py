@@ -22,12 +22,14 @@ from .. import _torch
 from ..core import plugin_names
 from ..core.facts import journal_path_key
 from ..core.ours import ours
+from ..core.records import TestRecord
 from .cuda import cuda_use, initialise_cuda
 from .plugin import child_key
 from .preloads import installed_plugin_modules, note_needed_modules
 from .protocol import (
     CHILD_CRASH_EXIT,
     JOURNAL_NAME,
+    ChildMessage,
     ChildRequest,
     child_sys_path,
     load_request,
@@ -47,7 +49,7 @@ _QUIETING = _torch.Loss(
 # Plugins of the parent that must not act in the child: they would rewrite the parent's cache,
 # start workers, stop for a debugger nobody sees, or write the parent's report files.
 BLOCKED_PLUGINS = ("lfplugin", "nfplugin", "stepwiseplugin")
-NEUTRAL_OPTIONS: dict[str, Any] = {
+NEUTRAL_OPTIONS: dict[str, object] = {
     "dist": "no",
     "distload": False,
     "numprocesses": None,
@@ -275,7 +277,7 @@ class SubprocessChild:
         )
 
     @ours(_TELLING)
-    def pytest_cudagraph_record(self, item: pytest.Item, record: dict[str, Any]) -> None:
+    def pytest_cudagraph_record(self, item: pytest.Item, record: TestRecord) -> None:
         where = f"subprocess {os.getpid()}"
         record["where"] = where if record["where"] == "main" else f"{where}, {record['where']}"
 
@@ -285,7 +287,7 @@ class SubprocessChild:
             self.results.close()
         self.plugin_modules = installed_plugin_modules(config)
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _send(self, message: ChildMessage) -> None:
         if self.results is None:
             results = self.request["results"]
             assert results is not None  # a spare has its test's by the time it reports

@@ -15,6 +15,7 @@ from typing import Any, Final
 import pytest
 
 from ..core.crash import ProcessEnd, crash_error, crash_text, death_summary
+from ..core.environment import user_torch_env
 from ..core.facts import applied_by_key
 from ..core.journal import journal_reading, read_journal
 from ..core.markers import SUBPROCESS_MARKER, SubprocessOptions
@@ -27,12 +28,20 @@ from ..core.records import (
     new_test_record,
     no_activity,
 )
-from ..core.settings import cudagraph_switches, user_torch_env
+from ..core.settings import cudagraph_switches
 from ..core.warnings import CudagraphGuardWarning
 from .expected import expected_death
 from .pool import ChildExit, SubprocessRunner
 from .preloads import installed_plugin_modules, modules_for_a_zygote
-from .protocol import JOURNAL_NAME, RESULTS_NAME, STDERR_NAME, STDOUT_NAME, ChildRequest
+from .protocol import (
+    JOURNAL_NAME,
+    RESULTS_NAME,
+    STDERR_NAME,
+    STDOUT_NAME,
+    ChildRequest,
+    SerializedReport,
+    WarningSent,
+)
 
 PHASES: Final = ("setup", "call", "teardown")
 
@@ -41,8 +50,8 @@ PHASES: Final = ("setup", "call", "teardown")
 
 @dataclass
 class ChildMessages:
-    reports: list[dict[str, Any]] = field(default_factory=list)
-    warnings: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[SerializedReport] = field(default_factory=list)
+    warnings: list[WarningSent] = field(default_factory=list)
     collect_errors: list[str] = field(default_factory=list)
 
 
@@ -66,7 +75,7 @@ def read_messages(outcome: ChildExit) -> ChildMessages:
     return messages
 
 
-def emit_warnings(config: pytest.Config, nodeid: str, found: list[dict[str, Any]]) -> None:
+def emit_warnings(config: pytest.Config, nodeid: str, found: list[WarningSent]) -> None:
     for data in found:
         category = _warning_category(data["category"])
         _record_warning(config, nodeid, category(data["message"]), data["filename"], data["lineno"])
@@ -142,7 +151,7 @@ def child_request(
     session = plugin_options(item.config)
     return {
         "cwd": str(params.dir),
-        "env": {**session_environment(session.process_env), **dict(options.env)},
+        "env": process_environment(item, options),
         "sys_path": list(sys.path),
         "args": [str(arg) for arg in params.args],
         "nodearg": node_argument(item),
@@ -169,6 +178,13 @@ def session_environment(process_env: tuple[tuple[str, str], ...]) -> dict[str, s
     return {**inherited, **dict(process_env)}
 
 
+def process_environment(item: pytest.Item, options: SubprocessOptions) -> dict[str, str]:
+    """The environment of the process that runs ``item``: the session's for test processes,
+    with the marker's ``env`` set."""
+    process_env = plugin_options(item.config).process_env
+    return {**session_environment(process_env), **dict(options.env)}
+
+
 def node_argument(item: pytest.Item) -> str:
     """The command-line argument that selects exactly ``item``, whatever the working directory."""
     _, separator, inside = item.nodeid.partition("::")
@@ -188,7 +204,7 @@ def _log_child_reports(item: pytest.Item, messages: ChildMessages) -> list[str]:
     return logged
 
 
-def _tuples_back(data: dict[str, Any]) -> dict[str, Any]:
+def _tuples_back(data: SerializedReport) -> SerializedReport:
     """JSON turned the report's tuples into lists; pytest's reporters want them back."""
     data = dict(data)
     for key in ("location", "longrepr"):
@@ -312,7 +328,7 @@ def _death_record(
         outcome=verdict,
         where=where,
         settings=settings,
-        env=env if env is not None else user_torch_env({**os.environ, **dict(options.env)}),
+        env=env if env is not None else user_torch_env(process_environment(item, options)),
         activity=no_activity(),
         errors=[error],
         uses_plugin=True,  # the marker, or the option that applied it

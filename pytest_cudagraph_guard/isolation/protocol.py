@@ -18,7 +18,7 @@ import select
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, TypedDict
+from typing import Any, Final, Literal, TypedDict
 
 SESSION_FOLDER_PREFIX: Final = "pytest-cudagraph-subprocess-"
 # The files of one test's folder.
@@ -60,6 +60,36 @@ class ChildRequest(TypedDict):
     cuda_ahead: bool  # a spare may initialise CUDA before its test (ini cudagraph_cuda_ahead)
     spares: int | None  # how many spares the zygote keeps (ini cudagraph_spares); None: auto
     init_cuda: bool  # set by the zygote in a spare's request: initialise CUDA before the test
+
+
+# A test report as ``pytest_report_to_serializable`` makes it: pytest's own JSON.
+SerializedReport = dict[str, Any]
+
+
+class WarningSent(TypedDict):
+    """A warning of the test, as the test process sends it (``category``: ``module:qualname``)."""
+
+    category: str
+    message: str
+    filename: str
+    lineno: int
+    nodeid: str
+
+
+class ReportMessage(TypedDict):
+    report: SerializedReport
+
+
+class WarningMessage(TypedDict):
+    warning: WarningSent
+
+
+class CollectErrorMessage(TypedDict):
+    collect_error: str
+
+
+# One line of the results file: what the test process tells the parent.
+ChildMessage = ReportMessage | WarningMessage | CollectErrorMessage
 
 
 def load_request(request_path: str | Path) -> ChildRequest:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, NamedTuple
 
 from .. import _torch
+from .._torch.events import CompileOption, ConfigValues
 from ..core.records import (
     Activity,
     CompiledEntry,
@@ -41,10 +42,10 @@ class Compile(NamedTuple):
 
     thread: str
     backend: str
-    options: dict[str, Any]
-    settings: dict[str, Any]
+    options: dict[str, CompileOption]
+    settings: ConfigValues
 
-    def effective(self, key: str) -> Any:
+    def effective(self, key: str) -> object:
         return self.options.get(key, self.settings.get(key))
 
     def wants_cudagraphs(self) -> bool:
@@ -58,14 +59,14 @@ class Moment(NamedTuple):
     settings in effect in its thread, and the keys a compile's options set."""
 
     thread: str
-    values: dict[str, Any]
+    values: ConfigValues
     options: frozenset[str] = frozenset()
 
 
 class TestActivity:
     """What torch did with CUDA graphs while one test ran, in any thread."""
 
-    def __init__(self, main_settings: dict[str, Any]) -> None:
+    def __init__(self, main_settings: ConfigValues) -> None:
         self.main_settings = main_settings
         self.skips_at_start = _torch.skip_count()
         self.skip_counter = 0

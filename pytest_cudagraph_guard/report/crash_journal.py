@@ -7,15 +7,15 @@ from __future__ import annotations
 import faulthandler
 import sys
 from collections.abc import Callable
-from typing import IO, Any, Final
+from typing import IO, Final
 
 import pytest
 
 from .. import _torch
+from ..core.environment import UserEnvReader
 from ..core.facts import journal_path_key
 from ..core.journal import COMPILING, RECORDING, REPLAYING, Activity, JournalWriter
 from ..core.ours import ours
-from ..core.settings import UserEnvReader
 
 # What a controller tells each xdist worker (``workerinput``): where its journal and its fault
 # handler's output go.
@@ -123,7 +123,7 @@ def _pytest_fault_fd(config: pytest.Config) -> int | None:
 def start_crash_journal(config: pytest.Config) -> None:
     """Registers the journal (and, in an xdist worker, the fault handler's file) where a
     process will read them after a crash: a worker whose controller asked, or a test process."""
-    workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+    workerinput: dict[str, object] = getattr(config, "workerinput", {})
     path_of: Callable[[], str | None] | None = config.stash.get(journal_path_key, None)
     if WORKER_JOURNAL in workerinput:
         journal_path = str(workerinput[WORKER_JOURNAL])

@@ -11,6 +11,7 @@ import pytest
 
 from .. import _torch
 from ..core.diagnosis import error_record, hook_diagnoser
+from ..core.environment import UserEnvReader
 from ..core.facts import (
     ThreadRunFacts,
     applied_by_key,
@@ -19,7 +20,6 @@ from ..core.facts import (
     thread_run_key,
 )
 from ..core.markers import SUBPROCESS_MARKER, THREAD_MARKER
-from ..core.options import ReportFormat
 from ..core.ours import ours
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
 from ..core.records import (
@@ -30,7 +30,7 @@ from ..core.records import (
     new_test_record,
     no_activity,
 )
-from ..core.settings import SettingsReader, UserEnvReader
+from ..core.settings import SettingsReader
 from .acted_settings import settings_as_acted
 from .activity import TestActivity
 from .fail_on import failure_text, findings
@@ -61,15 +61,9 @@ class ReportPlugin:
     asked for or ``--cudagraph-fail-on`` needs the records. Errors of threads that a test
     started itself reach the record through ``threading.excepthook``."""
 
-    def __init__(
-        self,
-        config: pytest.Config,
-        formats: list[ReportFormat],
-        fail_on: frozenset[str] = frozenset(),
-    ) -> None:
+    def __init__(self, config: pytest.Config, fail_on: frozenset[str] = frozenset()) -> None:
         self.config = config
         self.fail_on = fail_on
-        self.everything = any(f.kind == "term-all" for f in formats)
         self.observing = False
         self._current: TestActivity | None = None
         self._lock = threading.Lock()

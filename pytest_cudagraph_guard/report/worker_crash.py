@@ -9,7 +9,6 @@ files are its own. Both hooks are optional: xdist may be absent.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -27,10 +26,10 @@ from ..core.crash import (
     death_summary,
     wait_status,
 )
+from ..core.environment import user_torch_env
 from ..core.journal import journal_reading, read_journal
 from ..core.ours import ours
 from ..core.records import USER_PROPERTY, TestRecord, new_test_record, no_activity
-from ..core.settings import user_torch_env
 from .crash_journal import WORKER_FAULTS, WORKER_JOURNAL
 
 REAP_TIMEOUT_S: Final = 5.0
@@ -88,7 +87,7 @@ def _crash_record(nodeid: str, where: str, end: ProcessEnd, text: CrashText) -> 
         outcome="failed",
         where=where,
         settings={},
-        env=end.journal.env if end.journal.env is not None else user_torch_env(os.environ),
+        env=end.journal.env if end.journal.env is not None else user_torch_env(),
         activity=no_activity(),
         errors=[crash_error(end, text, where)],
     )

@@ -13,7 +13,7 @@ import pytest
 
 from .. import _torch
 from ..core.diagnosis import UNCLASSIFIED
-from ..core.options import OPTION_OF, ReportFormat
+from ..core.options import ReportFormat, applied_lines
 from ..core.ours import ours
 from ..core.records import (
     USER_PROPERTY,
@@ -69,7 +69,8 @@ class ReportWriter:
     def _terminal_section(self, terminalreporter: pytest.TerminalReporter) -> None:
         everything = any(f.kind == "term-all" for f in self.formats)
         terminalreporter.write_sep("=", "cudagraph report")
-        for line in self.applied_lines():
+        applied = Counter(by for r in self.records.values() if (by := r.get("applied_by")))
+        for line in applied_lines(applied):
             terminalreporter.write_line(line)
         records = [self.records[n] for n in sorted(self.records)]
         shown = [r for r in records if everything or worth_a_look(r)]
@@ -83,16 +84,6 @@ class ReportWriter:
         terminalreporter.write_sep("-", "summary")
         for line in summary_lines(records):
             terminalreporter.write_line(line)
-
-    def applied_lines(self) -> list[str]:
-        """What the suite options applied, e.g. ``cudagraph_subprocess applied to 517 tests by
-        --cudagraph-subprocess``."""
-        counts = Counter(r.get("applied_by") for r in self.records.values())
-        return [
-            f"{marker} applied to {counts[option]} tests by {option}"
-            for marker, option in OPTION_OF.items()
-            if counts[option]
-        ]
 
     @ours(_WRITING)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -142,16 +133,8 @@ def _environment(options: OptionsRecord | None) -> Environment:
     except _torch.TorchNotInstalled:
         import platform
 
-        found = {"python": platform.python_version(), "gpus": []}
-    return environment_record(
-        python=found["python"],
-        torch=found.get("torch"),
-        triton=found.get("triton"),
-        cuda=found.get("cuda"),
-        driver=found.get("driver"),
-        gpus=found["gpus"],
-        options=options,
-    )
+        return environment_record(python=platform.python_version(), options=options)
+    return environment_record(**found, options=options)
 
 
 def write_atomically(path: Path, text: str) -> None:

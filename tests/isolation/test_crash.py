@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from ..conftest import QUIET_INI
+
 CRASH_IN_A_DRAFTER = """
 import ctypes
 import threading
@@ -76,3 +78,37 @@ def test_a_process_that_wrote_nothing_shows_no_stdout(ourtester: pytest.Pytester
     assert "cudagraph_subprocess: test process died with exit code 3" in output
     assert "Captured stdout (test process" not in output, output
     assert output.count("test session starts") == 1, output
+
+
+def test_a_process_that_died_before_its_test_has_the_environment_it_was_given(
+    ourtester: pytest.Pytester,
+) -> None:
+    """No journal to read the environment from: the record shows the one the process was given,
+    the session's for test processes with the marker's own."""
+    ourtester.makeini(f"{QUIET_INI}cudagraph_process_env =\n    TORCHINDUCTOR_FROM_INI=1\n")
+    ourtester.makeconftest(
+        """
+        import os
+
+        def pytest_collection_finish(session):
+            if os.environ.get("CGG_DIE"):
+                os._exit(7)  # in the test process, before its test starts
+        """
+    )
+    ourtester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cudagraph_subprocess(
+            env={"CGG_DIE": "1", "TORCHINDUCTOR_FROM_MARKER": "1"}
+        )
+        def test_never_starts():
+            pass
+        """
+    )
+    result = ourtester.runpytest("--cudagraph-report=json:r.json")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["cudagraph_subprocess: test process ran no test *(exit code 7)"])
+    [record] = json.loads((ourtester.path / "r.json").read_text())["tests"]
+    given = {"TORCHINDUCTOR_FROM_INI": "1", "TORCHINDUCTOR_FROM_MARKER": "1"}
+    assert given.items() <= record["env"].items(), record["env"]
