@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .. import _torch
-from .._torch import HIDDEN, UNSET, ConfigAccess, RawEntry
+from .._torch import HIDDEN, UNSET, RawEntry
 from .records import LeakEntry, leak_entry
 from .settings import ENV_PREFIXES, jsonable
+
+if TYPE_CHECKING:
+    from .._torch import ConfigAccess
 
 ENV_UNSET: Final = "<unset>"
 
@@ -83,8 +86,9 @@ class Snapshot:
 
     @classmethod
     def take(cls) -> Snapshot:
-        modules = {cfg.name: cfg.snapshot() for cfg in _torch.loaded_guarded_configs()}
-        return cls(relevant_env(), modules)
+        # Before torch is imported no config module is: the torch boundary's config part waits.
+        configs = _torch.loaded_guarded_configs() if _torch.torch_loaded() else ()
+        return cls(relevant_env(), {cfg.name: cfg.snapshot() for cfg in configs})
 
 
 class _KeyDiff(NamedTuple):
@@ -195,11 +199,15 @@ class QuickCheck:
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
-        self._count = _torch.change_count()
         self._environ = raw_environ()
-        self._modules = {name: sys.modules.get(name) for name in _torch.GUARDED_CONFIG_MODULES}
         self._defaults: list[tuple[ConfigAccess, list[Any]]] = []
         self._mutable: list[tuple[Callable[[], tuple[Any, Any]], tuple[Any, Any]]] = []
+        # Without torch the environment is all there is to watch, and nothing of torch's loads.
+        self._torch_free = not _torch.torch_loaded()
+        if self._torch_free:
+            return
+        self._count = _torch.change_count()
+        self._modules = {name: sys.modules.get(name) for name in _torch.GUARDED_CONFIG_MODULES}
         for name, entries in snapshot.modules.items():
             cfg = _torch.loaded_config(name)
             if cfg is None:
@@ -213,6 +221,11 @@ class QuickCheck:
                     self._mutable.append((read, kept))
 
     def unchanged(self) -> bool:
+        if self._torch_free:
+            return not _torch.torch_loaded() and _environ_data() == self._environ
+        return self._torch_unchanged()
+
+    def _torch_unchanged(self) -> bool:
         if not _torch.counts_every_change():
             return False  # the count proves nothing: the caller compares in full
         if _torch.change_count() != self._count or _environ_data() != self._environ:
