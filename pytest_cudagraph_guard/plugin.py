@@ -15,7 +15,7 @@ import pytest
 
 from . import _torch, hookspecs
 from .core import plugin_names
-from .core.ours import fail_unhonoured, marker_asked, ours
+from .core.ours import fail_unhonoured, ours
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 
 if TYPE_CHECKING:
@@ -28,6 +28,19 @@ _PRINTING = _torch.Loss("--cudagraph-settings", "the settings printed")
 _SETTING_UP = _torch.Loss("cudagraph_guard", "its features for this session")
 _AHEAD = _torch.Loss("cudagraph_subprocess", "test processes started while collecting")
 _CHECKING_MARKED = _torch.Loss("cudagraph_guard", "the setup checks of marked tests")
+
+
+# Which tests ask for what a hook does (they fail, naming the plugin, if it cannot).
+def _marker_asked(item: pytest.Item) -> str | None:
+    from .core.markers import marker_asked
+
+    return marker_asked(item)
+
+
+def _asked_by_suite_option(item: pytest.Item) -> str | None:
+    from .suite import asked_by_suite_option
+
+    return asked_by_suite_option(item)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -54,7 +67,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's threading.excepthook: the report chains to it
-@ours(_SETTING_UP, honours=lambda item: marker_asked(item) or _asked_by_suite_option(item))
+@ours(_SETTING_UP, honours=lambda item: _marker_asked(item) or _asked_by_suite_option(item))
 def pytest_configure(config: pytest.Config) -> None:
     from .core.markers import MAIN_THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, THREAD_MARKER_DOC
     from .core.options import plugin_options
@@ -136,7 +149,7 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
 
 
 @pytest.hookimpl(trylast=True)  # whatever the hooks of collection did, the tests are final now
-@ours(_SETTING_UP, honours=marker_asked)
+@ours(_SETTING_UP, honours=_marker_asked)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The marker features' per-test hooks, registered once a collected test carries their
     marker (its own, or one that a suite option applied): a session without one pays nothing
@@ -198,12 +211,6 @@ def _names_marker(module: pytest.Module) -> bool:
         return SUBPROCESS_MARKER.encode() in module.path.read_bytes()
     except OSError:
         return False
-
-
-def _asked_by_suite_option(item: pytest.Item) -> str | None:
-    from .suite import asked_by_suite_option
-
-    return asked_by_suite_option(item)
 
 
 def _check_markers(

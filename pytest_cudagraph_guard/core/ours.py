@@ -396,29 +396,3 @@ def unhonoured_message(asked: str, why: str) -> str:
         f"cudagraph_guard could not run this test as {asked} asks: {why}. This is a failure "
         "of the plugin, not of the test (see the CudagraphGuardWarning); please report it"
     )
-
-
-def thread_marker_asked(item: pytest.Item) -> str | None:
-    """How the test asked to run in the thread marker's threads, if it did."""
-    from .markers import THREAD_MARKER, plugin_marks
-
-    return _asked(item, plugin_marks(item)[0], THREAD_MARKER)
-
-
-def subprocess_marker_asked(item: pytest.Item) -> str | None:
-    """How the test asked to run in a process of its own, if it did."""
-    from .markers import SUBPROCESS_MARKER, plugin_marks
-
-    return _asked(item, plugin_marks(item)[1], SUBPROCESS_MARKER)
-
-
-def marker_asked(item: pytest.Item) -> str | None:
-    return thread_marker_asked(item) or subprocess_marker_asked(item)
-
-
-def _asked(item: pytest.Item, mark: pytest.Mark | None, marker: str) -> str | None:
-    from .facts import applied_by_key
-
-    if mark is None:
-        return None
-    return item.stash.get(applied_by_key, None) or f"@pytest.mark.{marker}"

@@ -14,8 +14,13 @@ import pytest
 
 from .. import _torch
 from ..core import plugin_names
-from ..core.markers import MarkerError, item_subprocess_options, plugin_marks
-from ..core.ours import ours, subprocess_marker_asked
+from ..core.markers import (
+    MarkerError,
+    item_subprocess_options,
+    plugin_marks,
+    subprocess_marker_asked,
+)
+from ..core.ours import ours
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession

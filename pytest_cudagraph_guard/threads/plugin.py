@@ -10,8 +10,8 @@ import pytest
 
 from .. import _torch
 from ..core import plugin_names
-from ..core.markers import plugin_marks
-from ..core.ours import ours, thread_marker_asked
+from ..core.markers import plugin_marks, thread_marker_asked
+from ..core.ours import ours
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession
