@@ -91,8 +91,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(CudagraphsOn(session), plugin_names.CUDAGRAPHS_ON)
     if session.recording:
         _start_report(session)
-    if options.subprocess and not session.in_test_process:
-        _isolation(session)
 
 
 def _start_notices(config: pytest.Config) -> None:
