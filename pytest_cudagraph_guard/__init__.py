@@ -1,19 +1,32 @@
 """pytest-cudagraph-guard: test torch.compile code that uses CUDA graphs, from any thread.
 
-Importing this package never imports torch. PYTEST_DONT_REWRITE: the test processes of
+Importing this package imports nothing else of the plugin's and never torch: each public name
+loads its module when first used. PYTEST_DONT_REWRITE: the test processes of
 ``cudagraph_subprocess`` import it before pytest starts, and it has no asserts to rewrite.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from .core.config_guard import ConfigGuard, ConfigKeyError
-from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
+import importlib
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
+    from .core.config_guard import ConfigGuard, ConfigKeyError
     from .core.diagnosis import Diagnosis, diagnose
     from .core.settings import Setting, effective_settings
+    from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
+
+# Each public name and the module that defines it.
+_MODULE_OF: Final = {
+    "ConfigGuard": "core.config_guard",
+    "ConfigKeyError": "core.config_guard",
+    "CudagraphConfigLeakWarning": "core.warnings",
+    "CudagraphGuardWarning": "core.warnings",
+    "Diagnosis": "core.diagnosis",
+    "diagnose": "core.diagnosis",
+    "Setting": "core.settings",
+    "effective_settings": "core.settings",
+}
 
 __all__ = [
     "ConfigGuard",
@@ -40,12 +53,13 @@ def ensure_cudagraph_tls() -> bool:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Diagnosis", "diagnose"):
-        from .core import diagnosis
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
-        return getattr(diagnosis, name)
-    if name in ("Setting", "effective_settings"):
-        from .core import settings
 
-        return getattr(settings, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})

@@ -1,15 +1,20 @@
-"""The plugin's fixtures: guards over torch's config modules and a CUDA-graphs switch."""
+"""The plugin's fixtures: guards over torch's config modules and a CUDA-graphs switch.
+
+Declared when the plugin loads; what they do (the config guard, torch's config modules) loads
+when a test asks for one."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from . import _torch
-from .core.config_guard import ConfigGuard
 from .core.ours import ours
-from .core.settings import cudagraph_switches
+
+if TYPE_CHECKING:
+    from .core.config_guard import ConfigGuard
 
 _INDUCTOR_CONFIG = _torch.Loss("inductor_config", "torch._inductor.config guarded and restored")
 _DYNAMO_CONFIG = _torch.Loss("dynamo_config", "torch._dynamo.config guarded and restored")
@@ -20,16 +25,15 @@ def _asked_for(fixture: str) -> Callable[[pytest.Item], str]:
     return lambda item: f"the {fixture} fixture"
 
 
-def open_guard(module_name: str) -> ConfigGuard:
-    """A guard over ``module_name``; skips the test where torch is not installed."""
+def _guarded(module_name: str) -> Iterator[ConfigGuard]:
+    """A guard over ``module_name``, restored after the test; skips the test where torch is not
+    installed."""
+    from .core.config_guard import ConfigGuard
+
     try:
-        return ConfigGuard(_torch.import_config(module_name))
+        guard = ConfigGuard(_torch.import_config(module_name))
     except _torch.TorchNotInstalled:
         pytest.skip("torch is not installed")
-
-
-def _guarded(module_name: str) -> Iterator[ConfigGuard]:
-    guard = open_guard(module_name)
     try:
         yield guard
     finally:
@@ -59,6 +63,8 @@ def cudagraphs(
     inductor_config: ConfigGuard, request: pytest.FixtureRequest
 ) -> Iterator[ConfigGuard]:
     """CUDA graphs on (with trees) for the test; compiled state is reset afterwards."""
+    from .core.settings import cudagraph_switches
+
     inductor_config.update(cudagraph_switches())
     try:
         yield inductor_config

@@ -16,7 +16,11 @@ from .core.config_state import Change, QuickCheck, Snapshot, absorb, restore
 from .core.facts import leaks_key
 from .core.ours import note_failure, ours
 from .core.tracebacks import innermost
-from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
+from .core.warnings import (
+    CudagraphConfigLeakWarning,
+    CudagraphGuardWarning,
+    warn_torch_notices,
+)
 
 T = TypeVar("T")
 
@@ -99,10 +103,18 @@ class LeakGuard:
         try:
             result = yield
         except BaseException:
-            self.after_test(item, may_fail=False)
+            self._check(item, may_fail=False)
             raise
-        self.after_test(item, may_fail=True)
+        self._check(item, may_fail=True)
         return result
+
+    def _check(self, item: pytest.Item, *, may_fail: bool) -> None:
+        """The leak check; what it noted of torch is warned at once, at this test's teardown,
+        whichever teardown wrapper of the session's is outermost."""
+        try:
+            self.after_test(item, may_fail=may_fail)
+        finally:
+            warn_torch_notices()
 
     def after_test(self, item: pytest.Item, *, may_fail: bool = True) -> None:
         changes = self._safely(self._leaked_changes) or []
@@ -177,6 +189,8 @@ class LeakGuard:
         self._quick = QuickCheck(self._baseline)
 
     def _count_loaded_modules(self) -> None:
+        if not _torch.torch_loaded():  # no config module yet, and nothing of torch's to load
+            return
         for cfg in _torch.loaded_guarded_configs():
             if id(cfg.module) not in self._counted:
                 _torch.count_changes(cfg.module)

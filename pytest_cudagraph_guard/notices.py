@@ -19,8 +19,8 @@ _DELIVERING = _torch.Loss("cudagraph_guard", "its warnings delivered at each tes
 
 
 class NoticesPlugin:
-    """Registered for every session, after the leak guard, so that its teardown wrapper is the
-    outermost: what the guard's own checks note is warned at the same test's teardown."""
+    """Registered for every session. What the leak guard's own check notes at a test's
+    teardown, the guard warns itself: the order of the two teardown wrappers does not matter."""
 
     @pytest.hookimpl(trylast=True)
     @ours(_DELIVERING)

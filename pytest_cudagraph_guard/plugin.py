@@ -1,43 +1,46 @@
-"""The ``cudagraph_guard`` pytest plugin: its options, ini keys and markers, and one plugin
-object per feature, registered in ``pytest_configure`` when the feature is on.
+"""The ``cudagraph_guard`` pytest plugin: its hookspecs, options, ini keys, markers and
+fixtures, and the features, each loaded when the session shows that it needs it.
 
-Hooks are in lifecycle order. Loading this module never imports torch.
+Loading this module declares and imports nothing more (never torch). ``pytest_configure`` builds
+the session's ``PluginSession``, which every feature reads, and registers the features that the
+options ask for; the marker features load once a collected module or test names their marker.
+Hooks are in lifecycle order.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import pytest
 
 from . import _torch, hookspecs
 from .core import plugin_names
-from .core.markers import (
-    MAIN_THREAD_MARKER_DOC,
-    SUBPROCESS_MARKER,
-    SUBPROCESS_MARKER_DOC,
-    THREAD_MARKER,
-    THREAD_MARKER_DOC,
-    MarkerError,
-    applied_by_option,
-    describe_error,
-    item_subprocess_options,
-    item_thread_options,
-    plugin_marks,
-)
-from .core.option_declarations import add_options
-from .core.options import plugin_options
-from .core.ours import fail_unhonoured, marker_asked, ours
+from .core.ours import fail_unhonoured, ours
 from .fixtures import cudagraphs, dynamo_config, inductor_config
-from .isolation.plugin import IsolationPlugin, is_child
-from .leak_guard import LeakGuard
-from .notices import NoticesPlugin
-from .suite import CudagraphsOn, SuitePlugin, asked_by_suite_option
-from .threads.plugin import ThreadsPlugin
+
+if TYPE_CHECKING:
+    from .core.session import PluginSession
+    from .isolation.plugin import IsolationPlugin
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 
 _PRINTING = _torch.Loss("--cudagraph-settings", "the settings printed")
 _SETTING_UP = _torch.Loss("cudagraph_guard", "its features for this session")
+_AHEAD = _torch.Loss("cudagraph_subprocess", "test processes started while collecting")
 _CHECKING_MARKED = _torch.Loss("cudagraph_guard", "the setup checks of marked tests")
+
+
+# Which tests ask for what a hook does (they fail, naming the plugin, if it cannot).
+def _marker_asked(item: pytest.Item) -> str | None:
+    from .core.markers import marker_asked
+
+    return marker_asked(item)
+
+
+def _asked_by_suite_option(item: pytest.Item) -> str | None:
+    from .suite import asked_by_suite_option
+
+    return asked_by_suite_option(item)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -45,12 +48,16 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from .core.option_declarations import add_options
+
     add_options(parser)
 
 
 @pytest.hookimpl(tryfirst=True)
 @ours(_PRINTING, starts_session=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    from .core.options import plugin_options
+
     if not plugin_options(config).settings:
         return None
     from .core.settings import print_settings
@@ -60,36 +67,106 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's threading.excepthook: the report chains to it
-@ours(_SETTING_UP, honours=lambda item: marker_asked(item) or asked_by_suite_option(item))
+@ours(_SETTING_UP, honours=lambda item: _marker_asked(item) or _asked_by_suite_option(item))
 def pytest_configure(config: pytest.Config) -> None:
+    from .core.markers import MAIN_THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, THREAD_MARKER_DOC
+    from .core.options import plugin_options
+    from .core.session import PluginSession, start_plugin_session
+
     for doc in (THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, MAIN_THREAD_MARKER_DOC):
         config.addinivalue_line("markers", doc)
     options = plugin_options(config)
-    register = config.pluginmanager.register
-    guard = LeakGuard(options.guard) if options.guard != "off" else None
-    if options.applies_markers:  # registered first: its trylast marking runs before the features'
-        register(SuitePlugin(options), plugin_names.SUITE)
-    if options.on:
-        register(CudagraphsOn(guard.take_in if guard else None), plugin_names.CUDAGRAPHS_ON)
-    if guard is not None:
-        register(guard, plugin_names.LEAK_GUARD)
-        config.add_cleanup(guard.close)
-    register(NoticesPlugin(), plugin_names.NOTICES)  # after the guard: its teardown is outermost
-    register(ThreadsPlugin(), plugin_names.THREADS)
-    if not is_child(config):
-        register(IsolationPlugin(config), plugin_names.ISOLATION)
-    formats = list(options.report)
-    if formats or options.fail_on:  # --cudagraph-fail-on reads the records
-        from .report.plugin import ReportPlugin
+    session = PluginSession(config, options, recording=bool(options.report or options.fail_on))
+    start_plugin_session(session)
+    _start_notices(config)
+    if options.guard != "off":
+        _start_leak_guard(session)
+    if options.applies_markers:
+        from .suite import SuitePlugin
 
-        report = ReportPlugin(config, options.fail_on)
-        report.start()
-        register(report, plugin_names.REPORT)
-        _crash_records(config)
-    if formats and not _is_xdist_worker(config) and not is_child(config):
+        config.pluginmanager.register(SuitePlugin(session), plugin_names.SUITE)
+    if options.on:
+        from .suite import CudagraphsOn
+
+        config.pluginmanager.register(CudagraphsOn(session), plugin_names.CUDAGRAPHS_ON)
+    if session.recording:
+        _start_report(session)
+
+
+def _start_notices(config: pytest.Config) -> None:
+    from .notices import NoticesPlugin
+
+    config.pluginmanager.register(NoticesPlugin(), plugin_names.NOTICES)
+
+
+def _start_leak_guard(session: PluginSession) -> None:
+    from .leak_guard import LeakGuard
+
+    guard = LeakGuard(session.options.guard)
+    session.config.pluginmanager.register(guard, plugin_names.LEAK_GUARD)
+    session.config.add_cleanup(guard.close)
+    session.take_in = guard.take_in
+
+
+def _start_report(session: PluginSession) -> None:
+    """The records, where the tests run: what makes a test whose process dies a record (the
+    journal where the test runs, and on xdist's controller, the reading of a dead worker's);
+    and the report's formats, where the records end up."""
+    from .report.crash_journal import start_crash_journal
+    from .report.plugin import ReportPlugin
+
+    config, options = session.config, session.options
+    report = ReportPlugin(session)
+    report.start()
+    config.pluginmanager.register(report, plugin_names.REPORT)
+    start_crash_journal(config)
+    if session.gathers_reports:
+        from .report.worker_crash import WorkerCrashes
+
+        config.pluginmanager.register(WorkerCrashes(config))
+    if options.report and session.gathers_reports:
         from .report.writer import ReportWriter
 
-        register(ReportWriter(formats, options.as_record()), plugin_names.REPORT_WRITER)
+        writer = ReportWriter(list(options.report), options.as_record())
+        config.pluginmanager.register(writer, plugin_names.REPORT_WRITER)
+
+
+@ours(_AHEAD)
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """A module whose tests will run in processes of their own gets its first test process
+    started before the module is imported, so that their imports overlap."""
+    if not isinstance(collector, pytest.Module) or collector.config.option.collectonly:
+        return
+    from .core.session import plugin_session
+
+    session = plugin_session(collector.config)
+    if session is None or session.in_test_process:
+        return
+    if session.options.subprocess or _names_marker(collector):
+        _isolation(session).prestart()
+
+
+@pytest.hookimpl(trylast=True)  # whatever the hooks of collection did, the tests are final now
+@ours(_SETTING_UP, honours=_marker_asked)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The marker features' per-test hooks, registered once a collected test carries their
+    marker (its own, or one that a suite option applied): a session without one pays nothing
+    per test."""
+    from .core.markers import plugin_marks
+    from .core.session import plugin_session
+
+    shared = plugin_session(session.config)
+    if shared is None:
+        return
+    marks = [(item, plugin_marks(item)) for item in session.items]
+    in_threads = [item for item, (thread, _) in marks if thread is not None]
+    in_processes = [item for item, (_, process) in marks if process is not None]
+    if in_threads:
+        from .threads.plugin import start_threads
+
+        start_threads(shared, in_threads)
+    if in_processes and not shared.in_test_process:
+        _isolation(shared).start()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -99,6 +176,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     the test's own: a suite option runs a torch-free test all the same) or without a CUDA
     device that the marker requires. A test that asked for a part of the plugin that failed
     errors."""
+    from .core.markers import applied_by_option, plugin_marks
+
     fail_unhonoured(item)
     thread_mark, process_mark = plugin_marks(item)
     if thread_mark is None and process_mark is None:
@@ -115,16 +194,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("CUDA is not available")
 
 
-def _crash_records(config: pytest.Config) -> None:
-    """What makes a test whose process dies a record: the journal where the test runs, and on
-    xdist's controller, the reading of a dead worker's."""
-    from .report.crash_journal import start_crash_journal
+def _isolation(session: PluginSession) -> IsolationPlugin:
+    """The session's ``cudagraph_subprocess`` feature, loaded on first use."""
+    from .isolation.plugin import IsolationPlugin, isolation_of
 
-    start_crash_journal(config)
-    if not _is_xdist_worker(config) and not is_child(config):
-        from .report.worker_crash import WorkerCrashes
+    found = isolation_of(session.config)
+    return found if found is not None else IsolationPlugin.load(session)
 
-        config.pluginmanager.register(WorkerCrashes(config))
+
+def _names_marker(module: pytest.Module) -> bool:
+    from .core.markers import SUBPROCESS_MARKER
+
+    try:
+        return SUBPROCESS_MARKER.encode() in module.path.read_bytes()
+    except OSError:
+        return False
 
 
 def _check_markers(
@@ -134,6 +218,16 @@ def _check_markers(
     torch_installed: bool,
 ) -> tuple[str | None, bool]:
     """The error of a marker's bad argument (None: none), and whether a marker requires CUDA."""
+    from .core.markers import (
+        SUBPROCESS_MARKER,
+        THREAD_MARKER,
+        MarkerError,
+        describe_error,
+        item_subprocess_options,
+        item_thread_options,
+    )
+    from .core.options import plugin_options
+
     options = plugin_options(item.config)
     require_cuda = False
     marker = THREAD_MARKER
@@ -159,7 +253,3 @@ def _torch_installed() -> bool:
     except _torch.TorchNotInstalled:
         return False
     return True
-
-
-def _is_xdist_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")

@@ -6,21 +6,23 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Generator
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import pytest
 
 from . import _torch
 from .core.facts import applied_by_key
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
-from .core.options import OPTION_OF, PluginOptions, applied_lines, plugin_options
+from .core.options import OPTION_OF, applied_lines, plugin_options
 from .core.ours import ours
+
+if TYPE_CHECKING:
+    from .core.session import PluginSession
 
 ON_OPTION: Final = "--cudagraph-on"
 _SWITCHING: Final = _torch.Loss(ON_OPTION, "CUDA graphs on for the tests of this process")
 
 T = TypeVar("T")
-TakeIn = Callable[[Callable[[], None]], None]
 
 _APPLYING = _torch.Loss("--cudagraph-threads/--cudagraph-subprocess", "the suite's tests marked")
 
@@ -35,7 +37,11 @@ def asked_by_suite_option(item: pytest.Item) -> str | None:
 
 
 class SuitePlugin:
-    def __init__(self, options: PluginOptions) -> None:
+    """Marks the suite's tests as the options ask, after the hooks of collection that select or
+    mark them (``trylast``); the marker features look once collection has finished."""
+
+    def __init__(self, session: PluginSession) -> None:
+        options = session.options
         self.marks: list[pytest.MarkDecorator] = []
         if options.threads > 0:
             self.marks.append(
@@ -74,11 +80,11 @@ def _asked_on(item: pytest.Item) -> str:
 
 class CudagraphsOn:
     """``--cudagraph-on`` for the tests that run in this process: CUDA graphs on around each
-    test (its threads carry them in), put back after it; through ``take_in`` (the leak guard's),
+    test (its threads carry them in), put back after it; through the leak guard's ``take_in``,
     neither is a change of the test's. A test in a test process of its own gets them there."""
 
-    def __init__(self, take_in: TakeIn | None) -> None:
-        self.take_in = take_in
+    def __init__(self, session: PluginSession) -> None:
+        self.session = session
         self.stopped = False
 
     @ours(_SWITCHING)
@@ -106,10 +112,7 @@ class CudagraphsOn:
             return None
         made: list[T] = []
         try:
-            if self.take_in is None:
-                made.append(change())
-            else:
-                self.take_in(lambda: made.append(change()))
+            self.session.take_in_or_make(lambda: made.append(change()))
         except _torch.TorchNotInstalled:
             self.stopped = True  # nothing to switch
         return made[0] if made else None

@@ -9,10 +9,12 @@ import importlib
 import inspect
 import os
 import sys
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from .config_access import ConfigAccess
 from .runtime import torch_loaded
+
+if TYPE_CHECKING:
+    from .config_access import ConfigAccess
 
 ENV_NAME_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_")
 

@@ -9,8 +9,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple, TypeVar
 
-from .runtime import torch_version
-
 T = TypeVar("T")
 
 
@@ -67,6 +65,8 @@ def notice_once(key: str, text: str) -> None:
 
 
 def torch_release() -> str:
+    from .runtime import torch_version  # only once there is something to say
+
     return torch_version() or "unknown"
 
 

@@ -10,8 +10,14 @@ outer one) uses.
 
 from __future__ import annotations
 
-from . import config_access, counting, import_hooks, observe
+import sys
+from typing import Final
+
 from .faults import begin_fault_session
+
+# The parts with state of their own, in the order they are ended: a part never imported in
+# this process has none.
+_WITH_STATE: Final = ("observe", "counting", "config_access", "import_hooks")
 
 
 def begin_session() -> None:
@@ -19,11 +25,8 @@ def begin_session() -> None:
 
 
 def end_session() -> None:
-    for end in (
-        observe.end_session,
-        counting.end_session,
-        config_access.end_session,
-        import_hooks.end_session,
-        begin_fault_session,
-    ):
-        end()
+    for name in _WITH_STATE:
+        part = sys.modules.get(f"{__package__}.{name}")
+        if part is not None:
+            part.end_session()
+    begin_fault_session()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .. import _torch
-from .._torch import HIDDEN, UNSET, ConfigAccess, RawEntry
+from .._torch import HIDDEN, UNSET, RawEntry
 from .environment import environ_stamp, torch_env
 from .records import LeakEntry, leak_entry
 from .settings import StoredValues, jsonable
+
+if TYPE_CHECKING:
+    from .._torch import ConfigAccess
 
 ENV_UNSET: Final = "<unset>"
 
@@ -69,8 +72,9 @@ class Snapshot:
 
     @classmethod
     def take(cls) -> Snapshot:
-        modules = {cfg.name: cfg.snapshot() for cfg in _torch.loaded_guarded_configs()}
-        return cls(torch_env(), modules)
+        # Before torch is imported no config module is: the torch boundary's config part waits.
+        configs = _torch.loaded_guarded_configs() if _torch.torch_loaded() else ()
+        return cls(torch_env(), {cfg.name: cfg.snapshot() for cfg in configs})
 
 
 class _KeyDiff(NamedTuple):
@@ -176,10 +180,15 @@ class QuickCheck:
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
-        self._count = _torch.change_count()
         self._stamp = environ_stamp()
-        self._modules = {name: sys.modules.get(name) for name in _torch.GUARDED_CONFIG_MODULES}
         self._defaults: list[tuple[ConfigAccess, list[Any]]] = []
+        self._mutable = StoredValues([])
+        # Without torch the environment is all there is to watch, and nothing of torch's loads.
+        self._torch_free = not _torch.torch_loaded()
+        if self._torch_free:
+            return
+        self._count = _torch.change_count()
+        self._modules = {name: sys.modules.get(name) for name in _torch.GUARDED_CONFIG_MODULES}
         mutable_readers = []
         for name, entries in snapshot.modules.items():
             cfg = _torch.loaded_config(name)
@@ -190,6 +199,11 @@ class QuickCheck:
         self._mutable = StoredValues(mutable_readers)
 
     def unchanged(self) -> bool:
+        if self._torch_free:
+            return not _torch.torch_loaded() and environ_stamp() == self._stamp
+        return self._torch_unchanged()
+
+    def _torch_unchanged(self) -> bool:
         if not _torch.counts_every_change():
             return False  # the count proves nothing: the caller compares in full
         if _torch.change_count() != self._count or environ_stamp() != self._stamp:

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from .journal import NOTHING_READ, JournalReading
+from .kinds import PROCESS_CRASH, TIMEOUT
 from .records import ErrorEntry, error_entry
 from .stacks import Dump, parse_stacks, split_dump
 
-PROCESS_CRASH: Final = "process-crash"
-TIMEOUT: Final = "timeout"
 TAIL_LINES: Final = 30
 # The fatal-signal names Python's fault handler prints ("Fatal Python error: Aborted").
 _FAULT_NAMES: Final = {

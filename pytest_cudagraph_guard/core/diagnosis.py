@@ -15,37 +15,16 @@ from typing import Final
 import pytest
 
 from .. import _torch
-from . import crash
-from .records import ErrorEntry, error_entry
-from .tracebacks import innermost
-
-TLS_MISSING: Final = "tls-missing"
-CAPTURE_CONFLICT: Final = "capture-conflict"
-TLS_CORRUPT: Final = "tls-corrupt"
-CONFIG_DIVERGENCE: Final = "config-divergence"
-PROCESS_CRASH: Final = crash.PROCESS_CRASH  # worded in .crash, which stands alone
-TIMEOUT: Final = crash.TIMEOUT
-THREAD_ERROR: Final = "thread-error"
-CROSS_THREAD_GRAPH: Final = "cross-thread-graph"
-OVERWRITTEN_OUTPUT: Final = "overwritten-output"
-POOL_LEAK: Final = "pool-leak"
-RERECORD: Final = "rerecord"
-SLOW_PATH: Final = "slow-path"
-PLUGIN_ERROR: Final = "plugin-error"  # a failure of the plugin's own code: a note, never an error
-UNCLASSIFIED: Final = "unclassified"  # how text names an error of no kind (JSON: null)
-# Entries that do not fail a test by themselves (``--cudagraph-fail-on`` may make them).
-FINDING_KINDS: Final = (CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH)
-ALL_KINDS: Final = (
-    TLS_MISSING,
+from .kinds import (
     CAPTURE_CONFLICT,
-    TLS_CORRUPT,
     OVERWRITTEN_OUTPUT,
     POOL_LEAK,
-    PROCESS_CRASH,
-    TIMEOUT,
     THREAD_ERROR,
-    *FINDING_KINDS,
+    TLS_CORRUPT,
+    TLS_MISSING,
 )
+from .records import ErrorEntry, error_entry
+from .tracebacks import innermost
 
 FIXED_IN: Final = (2, 13)
 FIX_PR: Final = "pytorch PR #184357"

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pytest
 
-from .records import ErrorEntry, LeakEntry, SettingEntry
+if TYPE_CHECKING:  # the keys are typed by their annotations: loading them loads no records
+    from .records import ErrorEntry, LeakEntry, SettingEntry
 
 
 @dataclass
@@ -25,15 +27,15 @@ class ThreadRunFacts:
     settings: dict[str, SettingEntry] | None = None  # as the first thread saw them; None: unread
 
 
-thread_run_key = pytest.StashKey[ThreadRunFacts]()
+thread_run_key: pytest.StashKey[ThreadRunFacts] = pytest.StashKey()
 
 # What the leak guard found the test left changed (and restored), set before the teardown report.
-leaks_key = pytest.StashKey[list[LeakEntry]]()
+leaks_key: pytest.StashKey[list[LeakEntry]] = pytest.StashKey()
 # The option that applied a marker of the plugin to the test, e.g. ``--cudagraph-subprocess``.
-applied_by_key = pytest.StashKey[str]()
+applied_by_key: pytest.StashKey[str] = pytest.StashKey()
 # Where this test process keeps its CUDA-graph journal (core.journal), for the process that reads
 # it after a crash: set by a cudagraph_subprocess test process (a spare learns its test's folder
 # only when it gets its test, hence a callable; None: no journal now).
-journal_path_key = pytest.StashKey[Callable[[], str | None]]()
+journal_path_key: pytest.StashKey[Callable[[], str | None]] = pytest.StashKey()
 # Failures of the plugin's own code met in the test's hooks and fixtures (kind ``plugin-error``).
-plugin_errors_key = pytest.StashKey[list[ErrorEntry]]()
+plugin_errors_key: pytest.StashKey[list[ErrorEntry]] = pytest.StashKey()

@@ -145,6 +145,26 @@ def applied_by_option(item: pytest.Item) -> str | None:
     return item.stash.get(applied_by_key, None)
 
 
+def thread_marker_asked(item: pytest.Item) -> str | None:
+    """How the test asked to run in the thread marker's threads, if it did."""
+    return _asked(item, plugin_marks(item)[0], THREAD_MARKER)
+
+
+def subprocess_marker_asked(item: pytest.Item) -> str | None:
+    """How the test asked to run in a process of its own, if it did."""
+    return _asked(item, plugin_marks(item)[1], SUBPROCESS_MARKER)
+
+
+def marker_asked(item: pytest.Item) -> str | None:
+    return thread_marker_asked(item) or subprocess_marker_asked(item)
+
+
+def _asked(item: pytest.Item, mark: pytest.Mark | None, marker: str) -> str | None:
+    if mark is None:
+        return None
+    return applied_by_option(item) or f"@pytest.mark.{marker}"
+
+
 def describe_error(nodeid: str, marker: str, error: MarkerError) -> str:
     return f"{nodeid}: @pytest.mark.{marker}: {error}"
 

@@ -12,13 +12,15 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import pytest
 
-from .diagnosis import ALL_KINDS
+from .kinds import ALL_KINDS
 from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
-from .records import OptionsRecord
+
+if TYPE_CHECKING:
+    from .records import OptionsRecord
 
 DEFAULT_ORIGIN: Final = "default"
 INI_PREFIX: Final = "cudagraph_"

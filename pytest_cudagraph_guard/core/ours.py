@@ -20,16 +20,17 @@ import os
 import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import pytest
 
 from .. import _torch
-from .diagnosis import PLUGIN_ERROR, short_traceback, type_name
-from .facts import applied_by_key, plugin_errors_key
-from .markers import SUBPROCESS_MARKER, THREAD_MARKER, MarkerError, plugin_marks
-from .records import ErrorEntry, error_entry
-from .warnings import warn_torch_notices
+
+if TYPE_CHECKING:
+    from .records import ErrorEntry
+
+# Every hook and fixture of the plugin is decorated here when its module loads: what a failure
+# needs (the diagnosis, the records, the markers) is imported once one happens.
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,8 +79,9 @@ class PluginFailure(Exception):
     cannot tell its test or report it)."""
 
 
-# Deliberate, never a failure of ours: usage errors, warnings raised as errors (``-W error``).
-NOT_OURS: Final = (pytest.UsageError, MarkerError, Warning, PluginFailure)
+# Deliberate, never a failure of ours: usage errors, warnings raised as errors (``-W error``),
+# and a marker's bad argument (``MarkerError``).
+NOT_OURS: Final = (pytest.UsageError, Warning, PluginFailure)
 
 
 class _FaultSwitch:
@@ -157,7 +159,9 @@ def _name_of(function: Callable[..., Any]) -> str:
 
 
 def _is_ours(error: BaseException) -> bool:
-    return isinstance(error, Exception) and not isinstance(error, NOT_OURS)
+    from .markers import MarkerError
+
+    return isinstance(error, Exception) and not isinstance(error, (*NOT_OURS, MarkerError))
 
 
 def _guard_call(function: F, guarded: Guarded, starts_session: bool) -> Callable[..., Any]:
@@ -323,6 +327,9 @@ def note_failure(
     """A failure of our code in a hook: noted once for the session (that part stops, unless
     tests ask for it by name) and warned at once (as configuration's, with ``config``), and on
     the test's record."""
+    from .facts import plugin_errors_key
+    from .warnings import warn_torch_notices
+
     _torch.note_internal_error(loss, error, stops=stops)
     if item is not None:
         item.stash.setdefault(plugin_errors_key, []).append(plugin_error_record(loss, error))
@@ -331,6 +338,10 @@ def note_failure(
 
 def plugin_error_record(loss: _torch.Loss, error: BaseException) -> ErrorEntry:
     """The record's entry for a failure of the plugin's own code met in a test."""
+    from .diagnosis import short_traceback, type_name
+    from .kinds import PLUGIN_ERROR
+    from .records import error_entry
+
     return error_entry(
         threading.current_thread().name,
         type_name(error),
@@ -378,6 +389,8 @@ def fail_unhonoured(item: pytest.Item) -> None:
 
 
 def _why(loss: _torch.Loss, error: BaseException | None) -> str:
+    from .diagnosis import type_name
+
     what = f"its {loss.feature} part ({loss.loses})"
     if error is None:
         return f"{what} is off after an earlier failure in this session"
@@ -389,23 +402,3 @@ def unhonoured_message(asked: str, why: str) -> str:
         f"cudagraph_guard could not run this test as {asked} asks: {why}. This is a failure "
         "of the plugin, not of the test (see the CudagraphGuardWarning); please report it"
     )
-
-
-def thread_marker_asked(item: pytest.Item) -> str | None:
-    """How the test asked to run in the thread marker's threads, if it did."""
-    return _asked(item, plugin_marks(item)[0], THREAD_MARKER)
-
-
-def subprocess_marker_asked(item: pytest.Item) -> str | None:
-    """How the test asked to run in a process of its own, if it did."""
-    return _asked(item, plugin_marks(item)[1], SUBPROCESS_MARKER)
-
-
-def marker_asked(item: pytest.Item) -> str | None:
-    return thread_marker_asked(item) or subprocess_marker_asked(item)
-
-
-def _asked(item: pytest.Item, mark: pytest.Mark | None, marker: str) -> str | None:
-    if mark is None:
-        return None
-    return item.stash.get(applied_by_key, None) or f"@pytest.mark.{marker}"

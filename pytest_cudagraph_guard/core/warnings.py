@@ -1,11 +1,11 @@
-"""The plugin's warning categories, public through ``pytest_cudagraph_guard``."""
+"""The plugin's warning categories, public through ``pytest_cudagraph_guard``. Imports nothing
+of the plugin's at load: ``-W error::pytest_cudagraph_guard.CudagraphGuardWarning`` finds them
+without loading the rest."""
 
 from __future__ import annotations
 
 import warnings
 from typing import TYPE_CHECKING
-
-from .. import _torch
 
 if TYPE_CHECKING:
     import pytest
@@ -26,6 +26,8 @@ def warn_torch_notices(config: pytest.Config | None = None) -> None:
     records warnings and where nothing of torch's or the user's is on the stack; with
     ``config``, from a hook before the session's warnings are recorded (``pytest_configure``),
     as a warning of the configuration."""
+    from .. import _torch
+
     for notice in _torch.take_notices():
         if config is None:
             warnings.warn(CudagraphGuardWarning(notice), stacklevel=2)

@@ -19,12 +19,11 @@ from typing import IO, Any, NoReturn
 import pytest
 
 from .. import _torch
-from ..core import plugin_names
 from ..core.facts import journal_path_key
 from ..core.ours import ours
 from ..core.records import TestRecord
+from ..core.session import plugin_session, test_process_key
 from .cuda import cuda_use, initialise_cuda
-from .plugin import child_key
 from .preloads import installed_plugin_modules, note_needed_modules
 from .protocol import (
     CHILD_CRASH_EXIT,
@@ -158,7 +157,7 @@ class SubprocessChild:
     @ours(_LINK, essential=True, starts_session=True)
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
         self.config = config
-        config.stash[child_key] = self.request
+        config.stash[test_process_key] = True
         config.stash[journal_path_key] = self.journal_path
         self._select_test(config)
         for name, value in NEUTRAL_OPTIONS.items():
@@ -229,22 +228,14 @@ class SubprocessChild:
         return [] if wanted is not None and name != wanted else None
 
     def apply_cudagraph_settings(self) -> None:
-        """CUDA graphs on, for the whole process: not a change the running test made."""
+        """CUDA graphs on, for the whole process: not a change the running test made (through
+        the session's leak guard, once the session has started and where it guards)."""
         apply = functools.partial(_torch.apply_cudagraph_settings, self.request["trees"])
-        guard = self._leak_guard()
-        if guard is None:
+        session = plugin_session(self.config)
+        if session is None:
             apply()
         else:
-            guard.take_in(apply)
-
-    def _leak_guard(self) -> plugin_names.TakesInChanges | None:
-        """The session's leak guard, once the session has started and if it guards."""
-        if self.config is None:
-            return None
-        guard: plugin_names.TakesInChanges | None = self.config.pluginmanager.get_plugin(
-            plugin_names.LEAK_GUARD
-        )
-        return guard
+            session.take_in_or_make(apply)
 
     @ours(_LINK, essential=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

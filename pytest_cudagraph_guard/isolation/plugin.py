@@ -1,8 +1,9 @@
-"""The ``cudagraph_subprocess`` feature's plugin object in the parent session, and how a test
-process's session knows that it is one.
+"""The ``cudagraph_subprocess`` feature's plugin object in the parent session.
 
-The parent's machinery (:mod:`.controller`, :mod:`.pool`) loads only once a session needs it:
-a test process loads this module, never those.
+``plugin.py`` loads it once the session shows a test that will run in a process of its own
+(``--cudagraph-subprocess``, a module that names the marker, a collected test that carries it).
+The parent's machinery (:mod:`.controller`, :mod:`.pool`) loads only once a test process is
+started: a test process loads neither.
 """
 
 from __future__ import annotations
@@ -14,54 +15,52 @@ import pytest
 from .. import _torch
 from ..core import plugin_names
 from ..core.markers import (
-    SUBPROCESS_MARKER,
     MarkerError,
     item_subprocess_options,
     plugin_marks,
+    subprocess_marker_asked,
 )
-from ..core.options import plugin_options
-from ..core.ours import ours, subprocess_marker_asked
-from .protocol import ChildRequest
+from ..core.ours import ours
 
 if TYPE_CHECKING:
+    from ..core.session import PluginSession
     from .pool import SubprocessRunner
 
-# Set by a test process's own plugin: its session runs one marked test of the parent's.
-child_key = pytest.StashKey[ChildRequest]()
 _PROCESSES = _torch.Loss("cudagraph_subprocess", "running marked tests in processes of their own")
-_AHEAD = _torch.Loss("cudagraph_subprocess", "test processes started while collecting")
+_isolation_key = pytest.StashKey["IsolationPlugin"]()
 
 
-def is_child(config: pytest.Config) -> bool:
-    """Whether ``config``'s session is a test process's, running one marked test."""
-    return child_key in config.stash
+def isolation_of(config: pytest.Config) -> IsolationPlugin | None:
+    """The session's feature, where it is loaded."""
+    return config.stash.get(_isolation_key, None)
 
 
 class IsolationPlugin:
     """Runs each marked test in a test process of its own and replays its reports here. Owns
-    the session's test processes (through its runner), ended with the session."""
+    the session's test processes (through its runner), ended with the session. Its hook is
+    registered (``start``) once a collected test carries the marker."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
+    def __init__(self, session: PluginSession) -> None:
+        self.session = session
+        self.options = session.options
         self._runner: SubprocessRunner | None = None
-        self.options = plugin_options(config)
+        self._started = False
 
-    @ours(_AHEAD)
-    def pytest_collectstart(self, collector: pytest.Collector) -> None:
-        if isinstance(collector, pytest.Module) and not collector.config.option.collectonly:
-            self._prestart(collector)
+    @classmethod
+    def load(cls, session: PluginSession) -> IsolationPlugin:
+        plugin = session.config.stash[_isolation_key] = cls(session)
+        return plugin
 
-    @pytest.hookimpl(trylast=True)  # after the options have marked the suite's tests
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self.session.config.pluginmanager.register(self, plugin_names.ISOLATION_RUNS)
+
+    @pytest.hookimpl(tryfirst=True)
     @ours(_PROCESSES, honours=subprocess_marker_asked)
-    def pytest_collection_modifyitems(
-        self, config: pytest.Config, items: list[pytest.Item]
-    ) -> None:
-        """The protocol hook, registered once a collected test carries the marker: a session
-        without one pays nothing per test."""
-        if any(_marked(item) for item in items):
-            config.pluginmanager.register(_TestsInProcesses(self), f"{plugin_names.ISOLATION}.runs")
-
-    def run_in_process(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> bool | None:
         """Runs a marked test in its own process and logs its reports; None for another test."""
         mark = plugin_marks(item)[1]
         if mark is None:
@@ -72,24 +71,23 @@ class IsolationPlugin:
             return None  # setup fails the test with the message
         from .controller import run_protocol
 
-        set_up_next = nextitem is not None and _marked(nextitem)
+        set_up_next = nextitem is not None and plugin_marks(nextitem)[1] is not None
         run_protocol(
             item,
             nextitem,
             options,
             self._test_runner(),
-            reporting=self.config.pluginmanager.has_plugin(plugin_names.REPORT),
+            reporting=self.session.recording,
             set_up_next=set_up_next,
         )
         return True
 
-    def _prestart(self, module: pytest.Module) -> None:
-        """A module whose tests will be marked gets its zygote started before it is imported, so
-        that the zygote's imports overlap the module's."""
-        if self.options.subprocess or _names_the_marker(module):
-            from .controller import session_environment
+    def prestart(self) -> None:
+        """Starts the session's first test process ahead, so that its imports overlap those of
+        the module being collected."""
+        from .controller import session_environment
 
-            self._test_runner().prestart(session_environment(self.options.process_env))
+        self._test_runner().prestart(session_environment(self.options.process_env))
 
     def _test_runner(self) -> SubprocessRunner:
         if self._runner is None:
@@ -97,30 +95,5 @@ class IsolationPlugin:
 
             names = [name for name, _ in self.options.process_env]
             self._runner = SubprocessRunner(import_time=names)
-            self.config.add_cleanup(self._runner.close)
+            self.session.config.add_cleanup(self._runner.close)
         return self._runner
-
-
-class _TestsInProcesses:
-    """The protocol hook: a marked test runs in a test process of its own."""
-
-    def __init__(self, isolation: IsolationPlugin) -> None:
-        self.isolation = isolation
-
-    @pytest.hookimpl(tryfirst=True)
-    @ours(_PROCESSES, honours=subprocess_marker_asked)
-    def pytest_runtest_protocol(
-        self, item: pytest.Item, nextitem: pytest.Item | None
-    ) -> bool | None:
-        return self.isolation.run_in_process(item, nextitem)
-
-
-def _marked(item: pytest.Item) -> bool:
-    return plugin_marks(item)[1] is not None
-
-
-def _names_the_marker(module: pytest.Module) -> bool:
-    try:
-        return SUBPROCESS_MARKER.encode() in module.path.read_bytes()
-    except OSError:
-        return False

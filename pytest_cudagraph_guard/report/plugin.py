@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Generator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
@@ -37,6 +37,9 @@ from .fail_on import failure_text, findings
 from .junit import add_junit_properties
 from .thread_watch import ThreadExceptionWatch
 
+if TYPE_CHECKING:
+    from ..core.session import PluginSession
+
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER)
 _RECORDING = _torch.Loss("--cudagraph-report", "the records of tests")
@@ -61,13 +64,13 @@ class ReportPlugin:
     asked for or ``--cudagraph-fail-on`` needs the records. Errors of threads that a test
     started itself reach the record through ``threading.excepthook``."""
 
-    def __init__(self, config: pytest.Config, fail_on: frozenset[str] = frozenset()) -> None:
-        self.config = config
-        self.fail_on = fail_on
+    def __init__(self, session: PluginSession) -> None:
+        config = self.config = session.config
+        self.session = session
+        self.fail_on = session.options.fail_on
         self.observing = False
         self._current: TestActivity | None = None
         self._lock = threading.Lock()
-        self._extra_keys: list[str] | None = None
         self._settings = SettingsReader()
         self._env = UserEnvReader()
         self._diagnose_hook = hook_diagnoser(config)
@@ -153,15 +156,8 @@ class ReportPlugin:
 
     # -- settings ------------------------------------------------------------------------------
 
-    def extra_keys(self) -> list[str]:
-        """The settings keys that other plugins add to the report."""
-        if self._extra_keys is None:
-            found = self.config.hook.pytest_cudagraph_report_keys(config=self.config)
-            self._extra_keys = [str(key) for keys in found for key in (keys or [])]
-        return self._extra_keys
-
     def _settings_now(self) -> dict[str, SettingEntry]:
-        return self._settings.read(self.extra_keys())
+        return self._settings.read(self.session.settings_keys())
 
     # -- one test ------------------------------------------------------------------------------
 

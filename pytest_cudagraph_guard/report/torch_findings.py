@@ -8,14 +8,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .. import _torch
-from ..core.diagnosis import (
-    CONFIG_DIVERGENCE,
-    CROSS_THREAD_GRAPH,
-    RERECORD,
-    SLOW_PATH,
-    rerecord_hint,
-    slow_path_hint,
-)
+from ..core.diagnosis import rerecord_hint, slow_path_hint
+from ..core.kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
 from ..core.records import ErrorEntry, error_entry
 
 

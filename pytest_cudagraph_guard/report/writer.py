@@ -12,7 +12,7 @@ from typing import Final, cast
 import pytest
 
 from .. import _torch
-from ..core.diagnosis import UNCLASSIFIED
+from ..core.kinds import UNCLASSIFIED
 from ..core.options import ReportFormat, applied_lines
 from ..core.ours import ours
 from ..core.records import (

@@ -10,10 +10,11 @@ import pytest
 
 from .. import _torch
 from ..core import plugin_names
-from ..core.markers import plugin_marks
-from ..core.ours import ours, thread_marker_asked
+from ..core.markers import plugin_marks, thread_marker_asked
+from ..core.ours import ours
 
 if TYPE_CHECKING:
+    from ..core.session import PluginSession
     from .run import ThreadSession
 
 _THREADS = _torch.Loss("cudagraph_thread", "running marked tests in threads")
@@ -25,27 +26,18 @@ def _unittest_case_asked(item: pytest.Item) -> str | None:
     return thread_marker_asked(item) if is_unittest_case(item) else None
 
 
-class ThreadsPlugin:
-    """Registers the hooks that run tests in threads once collection shows a test that carries
-    the marker (and the hook for ``unittest.TestCase`` tests once it shows such a test marked):
-    a session pays per test only for what its tests need."""
+def start_threads(session: PluginSession, marked: list[pytest.Item]) -> None:
+    """Registers the hooks that run the ``marked`` tests in threads (and the hook for
+    ``unittest.TestCase`` tests where one of them is such a test): a session pays per test only
+    for what its tests need."""
+    from .run import ThreadSession
+    from .unittest_cases import is_unittest_case
 
-    @pytest.hookimpl(trylast=True)  # after the options have marked the suite's tests
-    @ours(_THREADS, honours=thread_marker_asked)
-    def pytest_collection_modifyitems(
-        self, config: pytest.Config, items: list[pytest.Item]
-    ) -> None:
-        marked = [item for item in items if plugin_marks(item)[0] is not None]
-        if not marked:
-            return
-        from .run import ThreadSession
-        from .unittest_cases import is_unittest_case
-
-        session = ThreadSession(config)
-        register = config.pluginmanager.register
-        register(ThreadedCalls(session), f"{plugin_names.THREADS}.calls")
-        if any(is_unittest_case(item) for item in marked):
-            register(ThreadedCases(session), f"{plugin_names.THREADS}.cases")
+    threads = ThreadSession(session)
+    register = session.config.pluginmanager.register
+    register(ThreadedCalls(threads), f"{plugin_names.THREADS}.calls")
+    if any(is_unittest_case(item) for item in marked):
+        register(ThreadedCases(threads), f"{plugin_names.THREADS}.cases")
 
 
 class ThreadedCalls:

@@ -18,29 +18,25 @@ import time
 import traceback
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import pytest
 
 from .. import _torch
 from .._torch.faults import run_ours
 from ..core import config_state
-from ..core.diagnosis import (
-    TIMEOUT,
-    DiagnoseHook,
-    error_record,
-    hook_diagnoser,
-    timeout_hint,
-)
+from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
 from ..core.facts import ThreadRunFacts, thread_run_key
+from ..core.kinds import TIMEOUT
 from ..core.markers import THREAD_MARKER, ThreadOptions, item_thread_options
-from ..core.options import plugin_options
 from ..core.outcomes import is_skip_or_xfail
-from ..core.plugin_names import REPORT, ReportsSettings
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import SettingsReader, cudagraph_switches
 from .failures import raise_failures
 from .launch import Placement, barrier
+
+if TYPE_CHECKING:
+    from ..core.session import PluginSession
 
 THREAD_NAME: Final = "cudagraph-thread-{index}"
 RELEASE_GRACE_S: Final = 30.0
@@ -67,11 +63,10 @@ class ThreadSession:
     diagnose hook, the report's settings keys (None: nobody reports settings), and the parts
     shared by the session's runs."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        reporter: ReportsSettings | None = config.pluginmanager.get_plugin(REPORT)
-        self.settings_keys = reporter.extra_keys() if reporter is not None else None
-        self.default_timeout = plugin_options(config).timeout
-        self.diagnose_hook: DiagnoseHook = hook_diagnoser(config)
+    def __init__(self, session: PluginSession) -> None:
+        self.settings_keys = session.settings_keys() if session.recording else None
+        self.default_timeout = session.options.timeout
+        self.diagnose_hook: DiagnoseHook = hook_diagnoser(session.config)
         self.placement = Placement()
         self._settings = SettingsReader()
         self._trees_imported = False

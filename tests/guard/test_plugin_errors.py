@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_cudagraph_guard.core.diagnosis import PLUGIN_ERROR
+from pytest_cudagraph_guard.core.kinds import PLUGIN_ERROR
 from pytest_cudagraph_guard.core.ours import FAULT_VARIABLE, PLUGIN_ERROR_HINT
 
 

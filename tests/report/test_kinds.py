@@ -16,13 +16,8 @@ import torch._inductor.cudagraph_trees as cgt
 from pytest_cudagraph_guard import _torch, diagnose
 from pytest_cudagraph_guard._torch import observe, tree_events
 from pytest_cudagraph_guard._torch.patches import Patches
-from pytest_cudagraph_guard.core.diagnosis import (
-    OVERWRITTEN_OUTPUT,
-    POOL_LEAK,
-    RERECORD,
-    SLOW_PATH,
-    error_record,
-)
+from pytest_cudagraph_guard.core.diagnosis import error_record
+from pytest_cudagraph_guard.core.kinds import OVERWRITTEN_OUTPUT, POOL_LEAK, RERECORD, SLOW_PATH
 from pytest_cudagraph_guard.report import activity as report_activity
 
 STACK = 'File "/src/model.py", line 7, in step\n    return x.sin()\n'

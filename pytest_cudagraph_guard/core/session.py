@@ -1,0 +1,78 @@
+"""What the plugin's features share in one session: one typed object, built by ``plugin.py`` in
+``pytest_configure`` and read by each feature (``plugin_session``), so that no feature looks
+another up by name or depends on the order in which they are registered."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from .options import PluginOptions
+
+# Makes ``change`` and takes what it changed into the leak guard's baseline: a change of the
+# session's own (as a shared fixture's), not a test's leak.
+TakeIn = Callable[[Callable[[], None]], None]
+
+# Set by a test process's own plugin before its session configures: the session runs one
+# marked test of the parent's.
+test_process_key = pytest.StashKey[bool]()
+
+
+@dataclass
+class PluginSession:
+    """The session's options and what each feature offers the others."""
+
+    config: pytest.Config
+    options: PluginOptions
+    # The leak guard's ``take_in``; None where the guard is off.
+    take_in: TakeIn | None = None
+    # Whether this process keeps the tests' records (a report or ``--cudagraph-fail-on``).
+    recording: bool = False
+    _settings_keys: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def in_test_process(self) -> bool:
+        """Whether the session is a ``cudagraph_subprocess`` test process's."""
+        return test_process_key in self.config.stash
+
+    @property
+    def xdist_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    @property
+    def gathers_reports(self) -> bool:
+        """Whether this process is where the session's reports end up (not a test process or
+        an xdist worker)."""
+        return not self.in_test_process and not self.xdist_worker
+
+    def settings_keys(self) -> list[str]:
+        """The settings keys that other plugins add to the report
+        (``pytest_cudagraph_report_keys``), asked for once."""
+        if self._settings_keys is None:
+            found = self.config.hook.pytest_cudagraph_report_keys(config=self.config)
+            self._settings_keys = [str(key) for keys in found for key in (keys or [])]
+        return self._settings_keys
+
+    def take_in_or_make(self, change: Callable[[], None]) -> None:
+        """``change()``, through the leak guard's ``take_in`` where it guards."""
+        if self.take_in is None:
+            change()
+        else:
+            self.take_in(change)
+
+
+_session_key = pytest.StashKey[PluginSession]()
+
+
+def start_plugin_session(session: PluginSession) -> None:
+    session.config.stash[_session_key] = session
+
+
+def plugin_session(config: pytest.Config | None) -> PluginSession | None:
+    """The session's ``PluginSession``; None before ``pytest_configure`` built it (or where
+    building it failed: then no feature started)."""
+    return config.stash.get(_session_key, None) if config is not None else None

@@ -1,0 +1,157 @@
+"""Loading the plugin declares it and imports little; a session loads each feature only when it
+shows that it needs it; the public names load on first use."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pytest_cudagraph_guard
+from pytest_cudagraph_guard import _torch
+
+PACKAGE = "pytest_cudagraph_guard"
+MOST_MODULES_AT_LOAD = 10
+# What a session that uses no marker, option, fixture or report of the plugin never needs.
+FEATURES = (
+    f"{PACKAGE}.report.plugin",
+    f"{PACKAGE}.report.writer",
+    f"{PACKAGE}.isolation.plugin",
+    f"{PACKAGE}.isolation.pool",
+    f"{PACKAGE}.threads.plugin",
+    f"{PACKAGE}.threads.run",
+    f"{PACKAGE}.suite",
+    f"{PACKAGE}._torch.observe",
+    f"{PACKAGE}._torch.config_access",
+    f"{PACKAGE}._torch.patches",
+    f"{PACKAGE}.core.diagnosis",
+    f"{PACKAGE}.core.config_guard",
+)
+
+
+def _imported_by(statement: str) -> list[str]:
+    """The modules that ``statement`` leaves imported in a fresh interpreter, beyond those of
+    the interpreter's start (``-X importtime`` misses those imported through ``importlib``)."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; before = set(sys.modules); "
+            f"{statement}; "
+            "print('\\n'.join(sorted(set(sys.modules) - before)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return run.stdout.split()
+
+
+def test_loading_the_plugin_imports_few_of_its_modules_and_no_torch() -> None:
+    imported = _imported_by("import pytest_cudagraph_guard.plugin")
+    ours = [name for name in imported if name.split(".")[0] == PACKAGE]
+    assert f"{PACKAGE}.plugin" in ours
+    assert len(ours) <= MOST_MODULES_AT_LOAD, ours
+    assert [name for name in imported if name.split(".")[0] == "torch"] == []
+    assert not set(ours) & set(FEATURES), ours
+
+
+def test_the_package_loads_its_public_names_on_first_use() -> None:
+    imported = _imported_by(
+        "import pytest_cudagraph_guard as p, sys; "
+        "assert p.CudagraphGuardWarning.__name__ == 'CudagraphGuardWarning'; "
+        f"assert {FEATURES[-1]!r} not in sys.modules"
+    )
+    ours = [name for name in imported if name.split(".")[0] == PACKAGE]
+    assert sorted(ours) == [PACKAGE, f"{PACKAGE}.core", f"{PACKAGE}.core.warnings"]
+
+
+@pytest.mark.parametrize("name", pytest_cudagraph_guard.__all__)
+def test_each_public_name_of_the_package_is_found(name: str) -> None:
+    assert getattr(pytest_cudagraph_guard, name) is not None
+    assert name in dir(pytest_cudagraph_guard)
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
+    with pytest.raises(AttributeError, match="'no_such_name'"):
+        _ = pytest_cudagraph_guard.no_such_name  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="'no_such_name'"):
+        _ = _torch.no_such_name  # type: ignore[attr-defined]
+
+
+def _typed_names(init: Path) -> set[str]:
+    """The names that ``init``'s ``if TYPE_CHECKING:`` block imports, as mypy sees them."""
+    tree = ast.parse(init.read_text())
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom):
+                    found |= {alias.asname or alias.name for alias in statement.names}
+    return found
+
+
+def test_the_torch_boundarys_lazy_names_are_the_names_it_types() -> None:
+    """What mypy sees (the ``TYPE_CHECKING`` imports) and what runs (``__getattr__``) agree,
+    and every name is where its entry says."""
+    init = Path(_torch.__file__)
+    assert _typed_names(init) == set(_torch.__all__)
+    for name in _torch.__all__:
+        assert getattr(_torch, name) is not None, name
+
+
+def test_a_session_that_asks_nothing_of_the_plugin_loads_no_feature(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makeconftest(
+        f"""
+        import sys
+
+        FEATURES = {FEATURES!r}
+
+        def pytest_unconfigure(config):
+            loaded = [name for name in FEATURES if name in sys.modules]
+            print("FEATURES-LOADED:", ",".join(loaded) or "none")
+        """
+    )
+    ourtester.makepyfile(
+        """
+        import os
+
+        def test_plain():
+            pass
+
+        def test_env_leak_is_still_guarded():
+            os.environ["TORCHINDUCTOR_MAX_AUTOTUNE"] = "1"
+        """
+    )
+    result = ourtester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(["FEATURES-LOADED: none"])
+
+
+def test_a_marked_test_loads_its_feature(ourtester: pytest.Pytester) -> None:
+    """The other side of the test above: its conftest sees a feature that loads."""
+    ourtester.makeconftest(
+        """
+        import sys
+
+        def pytest_unconfigure(config):
+            print("THREADS-LOADED:", "pytest_cudagraph_guard.threads.run" in sys.modules)
+        """
+    )
+    ourtester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cudagraph_thread
+        def test_marked():
+            pass
+        """
+    )
+    result = ourtester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["THREADS-LOADED: True"])
