@@ -4,9 +4,9 @@ record as any record of a marked test. Real sessions, real crashes."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+
+from ..helpers import read_report
 
 CRASH_IN_A_DRAFTER = """
 import ctypes
@@ -50,7 +50,7 @@ def test_a_crash_names_its_thread_and_what_torch_was_doing_there(
     for chatter in ("test session starts", "collected 1 item", "rootdir:"):
         assert output.count(chatter) == 1, output  # the parent's own header only
 
-    [record] = json.loads((ourtester.path / "r.json").read_text())["tests"]
+    [record] = read_report(ourtester.path / "r.json")["tests"]
     [error] = record["errors"]
     assert error["thread"] == "drafter-1"
     assert error["message"] == f"test process died with SIGSEGV (signal 11); {died_while}"
