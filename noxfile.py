@@ -84,7 +84,7 @@ def _oldest_pytest() -> str:
 
 
 def _run_suite(session: nox.Session) -> None:
-    session.run("python", "-m", "pytest", "-n", "2", *session.posargs)
+    session.run("python", "-m", "pytest", "-n", "auto", *session.posargs)
 
 
 @nox.session(python=TESTS_PYTHON)

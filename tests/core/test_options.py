@@ -4,12 +4,12 @@ is one usage error naming the option or ini key."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from ..conftest import QUIET_INI
+from ..helpers import read_report
 
 ONE_TEST = "def test_one():\n    pass\n"
 REPORT = "--cudagraph-report=json:r.json"
@@ -72,9 +72,7 @@ def _options(tester: pytest.Pytester, *args: str, ini: str = "") -> dict[str, An
     tester.makepyfile(ONE_TEST)
     result = tester.runpytest("-p", "no:cacheprovider", *args)
     result.assert_outcomes(passed=1)
-    options: dict[str, Any] = json.loads((tester.path / "r.json").read_text())["environment"][
-        "options"
-    ]
+    options: dict[str, Any] = read_report(tester.path / "r.json")["environment"]["options"]
     return options
 
 

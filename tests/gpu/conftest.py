@@ -13,3 +13,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/gpu/" in item.nodeid:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def gpu_tester(ourtester: pytest.Pytester) -> pytest.Pytester:
+    """The inner-session runner of every test here (the root conftest's clean ini)."""
+    return ourtester

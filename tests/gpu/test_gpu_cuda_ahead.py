@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from ..procfs import all_gone
-from .test_gpu_subprocess import gpu_tester  # noqa: F401  (the fixture)
 
 TESTS = """
 import os
@@ -43,7 +42,7 @@ def test_graph(n):
 
 @pytest.mark.parametrize("ahead", ["true", "false"])
 def test_later_test_processes_find_cuda_set_up_ahead(
-    gpu_tester: pytest.Pytester,  # noqa: F811
+    gpu_tester: pytest.Pytester,
     monkeypatch: pytest.MonkeyPatch,
     ahead: str,
 ) -> None:

@@ -5,13 +5,11 @@ through the trees API, and autograd's thread named."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..conftest import QUIET_INI
+from ..helpers import records_by_name
 
 KINDS_SUITE = """
 import pytest
@@ -123,18 +121,6 @@ class TestTrees(unittest.TestCase):
 """
 
 
-@pytest.fixture
-def gpu_tester(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makeini(QUIET_INI)
-    return pytester
-
-
-def records(path: Path) -> dict[str, dict[str, Any]]:
-    document = json.loads(path.read_text())
-    print(json.dumps(document, indent=1)[:8000])
-    return {r["nodeid"].rsplit("::", 1)[-1]: r for r in document["tests"]}
-
-
 def kinds(record: dict[str, Any]) -> set[str | None]:
     return {error["kind"] for error in record["errors"]}
 
@@ -149,7 +135,7 @@ def test_each_kind_from_a_real_trigger(gpu_tester: pytest.Pytester) -> None:
         "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
     )
     result.assert_outcomes(passed=4, failed=2, warnings=None)
-    found = records(gpu_tester.path / "r.json")
+    found = records_by_name(gpu_tester.path / "r.json")
 
     (overwritten,) = entries(found["test_overwritten_output"], "overwritten-output")
     assert "overwritten by a subsequent run" in overwritten["message"]
@@ -185,7 +171,7 @@ def test_a_finding_fails_a_test_where_fail_on_names_it(gpu_tester: pytest.Pytest
         "--cudagraph-fail-on=rerecord",
         "--cudagraph-report=json:r.json",
     )
-    record = records(gpu_tester.path / "r.json")["test_new_input_size"]
+    record = records_by_name(gpu_tester.path / "r.json")["test_new_input_size"]
     assert record["outcome"] == "error"  # failed at teardown
     result.stdout.fnmatch_lines(["*rerecord*"])
 
@@ -199,7 +185,9 @@ def test_unittest_recording_through_the_trees_api(gpu_tester: pytest.Pytester) -
         "-p", "no:cacheprovider", "--cudagraph-report=term-all", "--cudagraph-report=json:r.json"
     )
     result.assert_outcomes(passed=1)
-    record = records(gpu_tester.path / "r.json")["test_records_without_compiling"]
+    record = records_by_name(gpu_tester.path / "r.json")[
+        "TestTrees::test_records_without_compiling"
+    ]
     assert record["activity"]["compiled"] == []
     assert record["activity"]["recorded"] >= 1
     assert record["settings"]["triton.cudagraphs"] == {"value": True, "source": "test"}

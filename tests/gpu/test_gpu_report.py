@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-from ..conftest import QUIET_INI
+from ..helpers import records_by_name
 from ..torch_fixes import LAZY_THREAD_STATE
 from .drafters import drafter_suite
-
-
-@pytest.fixture
-def gpu_tester(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makeini(QUIET_INI)
-    return pytester
-
-
-def records(path: Path) -> dict[str, dict[str, Any]]:
-    document = json.loads(path.read_text())
-    print(json.dumps(document, indent=1)[:6000])
-    return {r["nodeid"].rsplit("::", 1)[-1]: r for r in document["tests"]}
 
 
 def test_recordings_replays_and_a_skip_with_its_reason(gpu_tester: pytest.Pytester) -> None:
@@ -48,7 +32,7 @@ def test_recordings_replays_and_a_skip_with_its_reason(gpu_tester: pytest.Pytest
         "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
     )
     result.assert_outcomes(passed=2)
-    found = records(gpu_tester.path / "r.json")
+    found = records_by_name(gpu_tester.path / "r.json")
     gpu = found["test_on_the_gpu"]["activity"]
     assert gpu["recorded"] >= 1
     assert gpu["replays"] >= 1
@@ -66,7 +50,7 @@ def test_tls_missing_in_the_report(gpu_tester: pytest.Pytester) -> None:
         "-p", "no:cacheprovider", "--cudagraph-report=json:r.json"
     )
     result.assert_outcomes(failed=1)
-    errors = records(gpu_tester.path / "r.json")["test_drafters"]["errors"]
+    errors = records_by_name(gpu_tester.path / "r.json")["test_drafters"]["errors"]
     assert {(e["kind"], e["type"]) for e in errors} == {("tls-missing", "AssertionError")}
     assert all("ensure_cudagraph_tls()" in e["hint"] for e in errors)
 
@@ -77,7 +61,7 @@ def test_eight_threads_record_and_replay_each(gpu_tester: pytest.Pytester) -> No
         "-p", "no:cacheprovider", "--cudagraph-report=json:r.json"
     )
     result.assert_outcomes(passed=1)
-    record = records(gpu_tester.path / "r.json")["test_drafters"]
+    record = records_by_name(gpu_tester.path / "r.json")["test_drafters"]
     assert record["where"] == "thread x 8"
     by_thread = record["activity"]["by_thread"]
     assert sorted(by_thread) == [f"cudagraph-thread-{i}" for i in range(8)]
@@ -108,7 +92,7 @@ def test_a_drafter_thread_compiling_without_the_main_threads_settings(
         "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
     )
     outcomes = result.parseoutcomes()
-    record = records(gpu_tester.path / "r.json")["test_drafter"]
+    record = records_by_name(gpu_tester.path / "r.json")["test_drafter"]
     kinds = [e["kind"] for e in record["errors"]]
     compiled = record["activity"]["compiled"]
     print("drafter thread:", outcomes, kinds, compiled)
@@ -178,7 +162,7 @@ def test_a_shared_function_runs_graphs_through_another_threads_manager(
     result = gpu_tester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
     )
-    found = records(gpu_tester.path / "r.json")
+    found = records_by_name(gpu_tester.path / "r.json")
     shared = [
         e for e in found["test_shared_function"]["errors"] if e["kind"] == "cross-thread-graph"
     ]
@@ -231,7 +215,7 @@ def test_unittest_settings_agree_with_activity(gpu_tester: pytest.Pytester) -> N
         "-p", "no:cacheprovider", "--cudagraph-report=term-all", "--cudagraph-report=json:r.json"
     )
     result.assert_outcomes(passed=1)
-    record = records(gpu_tester.path / "r.json")["test_replays"]
+    record = records_by_name(gpu_tester.path / "r.json")["TestGraphs::test_replays"]
     assert record["activity"]["recorded"] >= 1
     assert record["activity"]["replays"] >= 1
     assert record["settings"]["triton.cudagraphs"]["value"] is True

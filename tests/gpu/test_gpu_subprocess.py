@@ -10,15 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_gpu_report import records
-
-
-@pytest.fixture
-def gpu_tester(pytester: pytest.Pytester) -> pytest.Pytester:
-    from ..conftest import QUIET_INI
-
-    pytester.makeini(QUIET_INI)
-    return pytester
+from ..helpers import records_by_name
 
 
 def test_reduce_overhead_in_a_test_process_after_cuda_in_the_parent(
@@ -58,7 +50,7 @@ def test_reduce_overhead_in_a_test_process_after_cuda_in_the_parent(
     )
     result.assert_outcomes(passed=2)
     assert "fresh interpreter" not in result.stdout.str()  # no fallback to spawning
-    record = records(Path(gpu_tester.path, "r.json"))["test_fresh_cuda_and_cuda_graphs"]
+    record = records_by_name(Path(gpu_tester.path, "r.json"))["test_fresh_cuda_and_cuda_graphs"]
     assert record["where"].startswith("subprocess ")
     assert record["activity"]["recorded"] >= 1
     assert record["activity"]["replays"] >= 1

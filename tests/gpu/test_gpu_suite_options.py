@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from ..conftest import QUIET_INI
 from ..torch_fixes import LAZY_THREAD_STATE
 
 SMALL_CUDA_SUITE = """
@@ -49,12 +48,6 @@ def test_illegal_memory_access():
     bad = torch.empty(0, device="cuda").set_(nowhere, 0, (256,), (1,))
     (bad + 1).sum().item()  # a kernel reads an address that was never allocated
 """
-
-
-@pytest.fixture
-def gpu_tester(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makeini(QUIET_INI)
-    return pytester
 
 
 @pytest.mark.parametrize("spread", [[], ["-n", "4"]], ids=["serial", "xdist"])

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
 
-from ..conftest import QUIET_INI
+from ..helpers import read_report
 from ..torch_fixes import LAZY_THREAD_STATE
 from .drafters import drafter_suite
-
-
-@pytest.fixture
-def gpu_tester(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makeini(QUIET_INI)
-    return pytester
 
 
 @LAZY_THREAD_STATE.skip_where_fixed
@@ -121,7 +114,7 @@ def test_a_capture_conflict_hint_says_what_tls_init_covered(
         "-p", "no:cacheprovider", "--cudagraph-report=json:report.json"
     )
     result.assert_outcomes(failed=1)
-    document = json.loads((gpu_tester.path / "report.json").read_text())
+    document = read_report(gpu_tester.path / "report.json")
     (record,) = document["tests"]
     conflicts = [e for e in record["errors"] if e["kind"] == "capture-conflict"]
     assert {e["thread"] for e in conflicts} == {"cudagraph-thread-0", "cudagraph-thread-1"}

@@ -6,7 +6,6 @@ that asked for what the failed code does fails naming the plugin, never passing 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import pkgutil
 from typing import Any
@@ -15,6 +14,8 @@ import pytest
 
 import pytest_cudagraph_guard
 from pytest_cudagraph_guard.core.ours import AFTER, BEFORE, FAULT_VARIABLE, Guarded, guarded_of
+
+from ..helpers import read_report
 
 # Hooks that declare the plugin's hookspecs and options: the user's command line, ini and
 # conftests name what they declare, so their failure cannot be contained; they run no code
@@ -181,7 +182,7 @@ def test_a_failure_of_our_code_never_changes_an_outcome(
     warnings = output.count(WARNING)
     assert warnings <= 1 if in_a_test_process else warnings == 1, output
     if (ourtester.path / "r.json").exists():
-        records = json.loads((ourtester.path / "r.json").read_text())["tests"]
+        records = read_report(ourtester.path / "r.json")["tests"]
         assert {r["nodeid"].split("::")[-1] for r in records} <= set(outcomes)
 
 

@@ -3,18 +3,12 @@ warning and a note in the report, never the test's outcome."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
 
 from pytest_cudagraph_guard.core.kinds import PLUGIN_ERROR
 from pytest_cudagraph_guard.core.ours import FAULT_VARIABLE, PLUGIN_ERROR_HINT
 
-
-def _records(pytester: pytest.Pytester) -> dict[str, Any]:
-    document = json.loads((pytester.path / "r.json").read_text())
-    return {record["nodeid"].split("::")[-1]: record for record in document["tests"]}
+from ..helpers import records_by_name
 
 
 def test_a_failure_of_ours_in_a_test_is_a_plugin_error_entry_of_its_record(
@@ -39,7 +33,7 @@ def test_a_failure_of_ours_in_a_test_is_a_plugin_error_entry_of_its_record(
             "have it errors, saying so; the others run on unchanged; please report it *",
         ]
     )
-    records = _records(ourtester)
+    records = records_by_name(ourtester.path / "r.json")
     assert records["test_first"]["errors"] == records["test_second"]["errors"]
     (entry,) = records["test_first"]["errors"]
     assert entry == {
@@ -89,7 +83,8 @@ def test_a_plugin_error_never_fails_a_test_under_fail_on(
         "--cudagraph-report=json:r.json", "--cudagraph-fail-on=thread-error,leak"
     )
     result.assert_outcomes(passed=1, warnings=1)
-    assert [e["kind"] for e in _records(ourtester)["test_it"]["errors"]] == [PLUGIN_ERROR]
+    errors = records_by_name(ourtester.path / "r.json")["test_it"]["errors"]
+    assert [e["kind"] for e in errors] == [PLUGIN_ERROR]
 
 
 DIAGNOSE_SUITE = """
@@ -138,7 +133,7 @@ def test_a_diagnose_hook_that_raises_is_a_warning_and_its_errors_keep_their_kind
     )
     assert output.count(wanted) == 1, output
     assert "internal error" not in output
-    records = _records(ourtester)
+    records = records_by_name(ourtester.path / "r.json")
     kinds = {name: [e["kind"] for e in r["errors"]] for name, r in records.items()}
     assert kinds == {
         "test_main_thread_fails": [None],

@@ -3,10 +3,11 @@ process (pytester in-process, IDE runners) records what a fresh process records.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
+
+from ..helpers import read_report
 
 SUITE = """
 import threading
@@ -42,7 +43,7 @@ def test_a_thread_of_its_own_raises():
 
 def _records(pytester: pytest.Pytester, result: pytest.RunResult) -> list[dict[str, Any]]:
     result.assert_outcomes(passed=4, warnings=None)
-    records: list[dict[str, Any]] = json.loads((pytester.path / "r.json").read_text())["tests"]
+    records: list[dict[str, Any]] = read_report(pytester.path / "r.json")["tests"]
     (pytester.path / "r.json").unlink()
     for record in records:
         for error in record["errors"]:

@@ -4,11 +4,10 @@ record as any record of a marked test. Real sessions, real crashes."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from ..conftest import QUIET_INI
+from ..helpers import read_report
 
 CRASH_IN_A_DRAFTER = """
 import ctypes
@@ -52,7 +51,7 @@ def test_a_crash_names_its_thread_and_what_torch_was_doing_there(
     for chatter in ("test session starts", "collected 1 item", "rootdir:"):
         assert output.count(chatter) == 1, output  # the parent's own header only
 
-    [record] = json.loads((ourtester.path / "r.json").read_text())["tests"]
+    [record] = read_report(ourtester.path / "r.json")["tests"]
     [error] = record["errors"]
     assert error["thread"] == "drafter-1"
     assert error["message"] == f"test process died with SIGSEGV (signal 11); {died_while}"
@@ -109,6 +108,6 @@ def test_a_process_that_died_before_its_test_has_the_environment_it_was_given(
     result = ourtester.runpytest("--cudagraph-report=json:r.json")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["cudagraph_subprocess: test process ran no test *(exit code 7)"])
-    [record] = json.loads((ourtester.path / "r.json").read_text())["tests"]
+    [record] = read_report(ourtester.path / "r.json")["tests"]
     given = {"TORCHINDUCTOR_FROM_INI": "1", "TORCHINDUCTOR_FROM_MARKER": "1"}
     assert given.items() <= record["env"].items(), record["env"]

@@ -5,13 +5,12 @@ code path as ``torch.cuda.init``. Real sessions, real processes."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from pytest_cudagraph_guard.isolation.cuda import STANDIN_VARIABLE
 
 from ..conftest import QUIET_INI
+from ..helpers import read_report
 from ..procfs import all_gone
 
 # Each process that initialises "CUDA" logs its pid and the two variables as it saw them then.
@@ -102,7 +101,7 @@ def test_the_report_shows_the_variables(env_tester: pytest.Pytester) -> None:
     env_tester.makepyfile("def test_one():\n    pass\n")
     result = env_tester.runpytest("-p", "no:cacheprovider", "--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=1)
-    options = json.loads((env_tester.path / "r.json").read_text())["environment"]["options"]
+    options = read_report(env_tester.path / "r.json")["environment"]["options"]
     assert options["process_env"] == {"CGG_CONNECTIONS": "1", "CGG_OTHER": "two words"}
     assert options["origins"]["process_env"] == "ini option cudagraph_process_env"
 

@@ -1,16 +1,17 @@
 """Where torch is not installed, the plugin loads, skips what needs torch and guards the rest.
 
-``nox -s notorch`` runs these in environments without torch; ``tests/test_lazy_torch.py`` covers
-the same ground with torch hidden from an installed one.
+``nox -s notorch`` runs these in environments without torch; ``tests/_torch/test_lazy_torch.py``
+covers the same ground with torch hidden from an installed one.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 
 import pytest
+
+from ..helpers import read_report
 
 if importlib.util.find_spec("torch") is not None:
     pytest.skip(
@@ -90,7 +91,7 @@ def test_the_report_has_no_torch_versions(tester: pytest.Pytester) -> None:
             "cudagraph report: json written to report.json",
         ]
     )
-    report = json.loads((tester.path / "report.json").read_text())
+    report = read_report(tester.path / "report.json")
     environment = report["environment"]
     assert {
         key: environment[key] for key in ("torch", "triton", "cuda", "driver")

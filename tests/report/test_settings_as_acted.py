@@ -4,15 +4,14 @@ does not depend on which test ran first, and threads torch started are named for
 from __future__ import annotations
 
 import _thread
-import json
 import threading
-from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 from pytest_cudagraph_guard import _torch
+
+from ..helpers import records_by_name
 
 UNITTEST_SUITE = """
 import unittest
@@ -42,25 +41,20 @@ class TestGraphs(unittest.TestCase):
 """
 
 
-def records(path: Path) -> dict[str, dict[str, Any]]:
-    document = json.loads(path.read_text())
-    return {r["nodeid"].rsplit("::", 1)[-1]: r for r in document["tests"]}
-
-
 def test_settings_that_teardown_restored_are_those_torch_compiled_with(
     ourtester: pytest.Pytester,
 ) -> None:
     ourtester.makepyfile(test_unit=UNITTEST_SUITE)
     result = ourtester.runpytest("--cudagraph-report=term-all", "--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=2)
-    found = records(ourtester.path / "r.json")
+    found = records_by_name(ourtester.path / "r.json")
     limit = "triton.cudagraph_unexpected_rerecord_limit"
-    overhead = found["test_reduce_overhead"]
+    overhead = found["TestGraphs::test_reduce_overhead"]
     assert overhead["settings"]["triton.cudagraphs"] == {"value": True, "source": "compile"}
     assert overhead["settings"][limit] == {"value": 7, "source": "test"}
     assert overhead["settings_at_end"][limit]["value"] != 7  # the default tearDown put back
     assert "triton.cudagraphs" not in overhead["settings_at_end"]
-    plain = found["test_plain_compile"]
+    plain = found["TestGraphs::test_plain_compile"]
     assert plain["settings"]["triton.cudagraphs"] == {"value": True, "source": "test"}
     assert plain["settings_at_end"]["triton.cudagraphs"]["value"] is False
     assert overhead["settings_varied"] == plain["settings_varied"] == {}
@@ -98,7 +92,7 @@ def test_code_an_earlier_test_compiled_is_in_the_activity(ourtester: pytest.Pyte
     ourtester.makepyfile(test_order=ORDER_SUITE)
     result = ourtester.runpytest("--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=3)
-    found = records(ourtester.path / "r.json")
+    found = records_by_name(ourtester.path / "r.json")
     first = found["test_first"]["activity"]
     assert (len(first["compiled"]), first["earlier_compiled"]) == (1, 0)
     again = found["test_again"]["activity"]
@@ -154,6 +148,7 @@ def test_records_name_a_native_thread(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(test_native=NATIVE_SUITE)
     result = ourtester.runpytest("--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=1)
-    activity = records(ourtester.path / "r.json")["test_compiles_in_a_native_thread"]["activity"]
+    record = records_by_name(ourtester.path / "r.json")["test_compiles_in_a_native_thread"]
+    activity = record["activity"]
     assert [c["thread"] for c in activity["compiled"]] == [_torch.NATIVE_THREAD]
     assert list(activity["by_thread"]) == [_torch.NATIVE_THREAD]

@@ -4,7 +4,6 @@ CPU-only skip said as such, and each file written named at the end."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from pytest_cudagraph_guard.core.records import (
 from pytest_cudagraph_guard.report.entries import CPU_SKIP_TEXT, skip_text, thread_label
 from pytest_cudagraph_guard.report.render import BLOCK_LINES, brief_lines, full_lines
 from pytest_cudagraph_guard.report.summary import summary_lines
+
+from ..helpers import read_report
 
 HUNDRED_TESTS = """
 import pytest
@@ -78,7 +79,7 @@ def test_a_hundred_tests_with_thirty_failures_fit_one_screen(ourtester: pytest.P
         "--cudagraph-report", "--cudagraph-report=json:r.json", "--cudagraph-guard=fail"
     )
     result.assert_outcomes(passed=73, failed=27, errors=3)
-    records = json.loads((ourtester.path / "r.json").read_text())["tests"]
+    records = read_report(ourtester.path / "r.json")["tests"]
     failing = [r["nodeid"] for r in records if r["outcome"] in ("failed", "error")]
     assert len(records) == 100
     assert len(failing) == 30
@@ -121,7 +122,7 @@ def test_a_hundred_tests_with_thirty_failures_fit_one_screen(ourtester: pytest.P
         "leaks: 3 in 3 tests (put back by the guard)",
         "cudagraph report: json written to r.json",
     ]
-    totals = json.loads((ourtester.path / "r.json").read_text())["summary"]
+    totals = read_report(ourtester.path / "r.json")["summary"]
     assert totals["errors_by_kind"] == EXPECTED_ERRORS
 
     every = ourtester.runpytest(

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ..helpers import records_by_name
 
 # Two crashes: a plain native fault, and one right after a compile (the journal's last line).
 SUITE = """
@@ -34,11 +34,6 @@ COMPILING = "it died while compiling a function (backend eager) in thread `MainT
 DIFFERS_BY_RUNNER = ("where", "uses_plugin", "applied_by", "settings")
 
 
-def records(path: Path) -> dict[str, dict[str, Any]]:
-    tests = json.loads(path.read_text())["tests"]
-    return {test["nodeid"].split("::")[-1]: test for test in tests}
-
-
 def comparable(record: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in record.items() if key not in DIFFERS_BY_RUNNER}
 
@@ -60,7 +55,7 @@ def test_a_crashed_worker_is_a_record_as_a_dead_test_process_is(
     assert "execnet" not in output, output
     assert "<string>" not in output, output
 
-    found = records(ourtester.path / "spread.json")
+    found = records_by_name(ourtester.path / "spread.json")
     assert sorted(found) == [
         "test_after",
         "test_before",
@@ -89,7 +84,7 @@ def test_a_crashed_worker_is_a_record_as_a_dead_test_process_is(
     )
     serial.assert_outcomes(passed=2, failed=2)
     assert COMPILING in serial.stdout.str()
-    alone = records(ourtester.path / "serial.json")
+    alone = records_by_name(ourtester.path / "serial.json")
     assert sorted(alone) == sorted(found)
     for name, record in found.items():
         assert comparable(record) == comparable(alone[name]), name

@@ -3,9 +3,9 @@ messages hold; each thread's record keeps its own message."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+
+from ..helpers import read_report
 
 SUITE = """
 import threading
@@ -41,7 +41,7 @@ def test_failures_that_differ_by_addresses_ids_or_threads_are_one_way(
         ["*[[]2 of 2 threads: cudagraph-thread-0, cudagraph-thread-1] raised this"]
     )
     result.stdout.no_fnmatch_line("*different ways*")
-    (record,) = json.loads((ourtester.path / "r.json").read_text())["tests"]
+    (record,) = read_report(ourtester.path / "r.json")["tests"]
     messages = {error["thread"]: error["message"] for error in record["errors"]}
     assert set(messages) == {"cudagraph-thread-0", "cudagraph-thread-1"}
     assert messages["cudagraph-thread-0"] != messages["cudagraph-thread-1"]

@@ -4,11 +4,11 @@ be honoured, the test fails saying that the plugin failed."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from pytest_cudagraph_guard.threads.launch import _cpu_reader
+
+from ..helpers import records_by_name
 
 # The inner conftest breaks a function of ours for the marked test only (monkeypatch undoes it).
 BREAK_OURS = """
@@ -84,7 +84,7 @@ def test_a_failure_of_ours_around_the_body_is_one_warning(
             "*ZeroDivisionError: a bug of ours",
         ]
     )
-    record = _records(ourtester)["test_suite.py::test_marked"]
+    record = records_by_name(ourtester.path / "r.json")["test_marked"]
     assert record["outcome"] == "passed"
     assert "triton.cudagraphs" in record["settings"]  # read where the test's threads could not
 
@@ -111,8 +111,3 @@ def test_a_marker_the_plugin_cannot_honour_fails_the_test_naming_the_plugin(
         ]
     )
     result.stdout.no_fnmatch_line("*still running*")
-
-
-def _records(pytester: pytest.Pytester) -> dict[str, dict[str, object]]:
-    document = json.loads((pytester.path / "r.json").read_text())
-    return {record["nodeid"]: record for record in document["tests"]}

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pytest_cudagraph_guard._torch import config_is_process_wide
 
-from .conftest import QUIET_INI
-from .legacy_torch import CONFTEST as LEGACY_CONFTEST
+from ..conftest import QUIET_INI
+from ..helpers import read_report, records_by_name
+from ..legacy_torch import CONFTEST as LEGACY_CONFTEST
 
 SUITE = """
 import threading
@@ -38,14 +36,6 @@ def test_own_thread_fails():
     thread.start()
     thread.join()
 """
-
-
-def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
-
-
-def by_nodeid(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {record["nodeid"].rsplit("::", 1)[-1]: record for record in document["tests"]}
 
 
 def test_terminal_section_shows_the_tests_that_matter(ourtester: pytest.Pytester) -> None:
@@ -93,10 +83,10 @@ def test_json_and_markdown_files(ourtester: pytest.Pytester) -> None:
     )
     result.assert_outcomes(passed=4)
     result.stdout.no_fnmatch_line("*= cudagraph report =*")
-    document = load(ourtester.path / "out" / "report.json")
+    document = read_report(ourtester.path / "out" / "report.json")
     assert document["schema"] == "pytest-cudagraph-guard/report/1"
     assert set(document["environment"]) >= {"python", "torch", "triton", "cuda", "driver", "gpus"}
-    records = by_nodeid(document)
+    records = records_by_name(ourtester.path / "out" / "report.json")
     assert set(records) == {
         "test_uses_the_fixture",
         "test_in_threads",
@@ -142,7 +132,7 @@ def test_the_file_is_whole_after_an_interrupted_session(ourtester: pytest.Pytest
     )
     recorder = ourtester.inline_run("--cudagraph-report=json:report.json", no_reraise_ctrlc=True)
     assert recorder.ret == pytest.ExitCode.INTERRUPTED
-    assert [r["nodeid"] for r in load(ourtester.path / "report.json")["tests"]] == [
+    assert [r["nodeid"] for r in read_report(ourtester.path / "report.json")["tests"]] == [
         "test_the_file_is_whole_after_an_interrupted_session.py::test_first"
     ]
     assert sorted(p.name for p in ourtester.path.iterdir() if "report" in p.name) == ["report.json"]
@@ -162,7 +152,7 @@ def test_formats_from_the_ini_file(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(test_suite=SUITE)
     result = ourtester.runpytest()
     result.stdout.fnmatch_lines(["*= cudagraph report =*"])
-    assert load(ourtester.path / "from-ini.json")["summary"]["tests"] == 4
+    assert read_report(ourtester.path / "from-ini.json")["summary"]["tests"] == 4
     ourtester.makeini(QUIET_INI + "cudagraph_report = yaml\n")
     bad = ourtester.runpytest()
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
@@ -192,7 +182,7 @@ def test_the_same_records_under_xdist(ourtester: pytest.Pytester) -> None:
     )
     spread.assert_outcomes(passed=4)
     spread.stdout.fnmatch_lines(["*= cudagraph report =*", "4 tests: 4 passed"])
-    first, second = load(ourtester.path / "a.json"), load(ourtester.path / "b.json")
+    first, second = read_report(ourtester.path / "a.json"), read_report(ourtester.path / "b.json")
     assert first["tests"] == second["tests"]
     assert first["summary"] == second["summary"]
 
@@ -222,7 +212,7 @@ def test_hooks_add_keys_and_receive_each_record(ourtester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines(
         ["RECORDS [[]('test_hooks_add_keys_and_receive_each_record.py::test_one', 'passed')]"]
     )
-    record = load(ourtester.path / "r.json")["tests"][0]
+    record = read_report(ourtester.path / "r.json")["tests"][0]
     assert record["settings"]["max_autotune"] == {"value": True, "source": "test"}
 
 
@@ -240,7 +230,7 @@ def test_tls_missing_in_the_report(ourtester: pytest.Pytester) -> None:
     )
     result = ourtester.runpytest("--cudagraph-report=json:r.json")
     result.assert_outcomes(failed=1)
-    errors = load(ourtester.path / "r.json")["tests"][0]["errors"]
+    errors = read_report(ourtester.path / "r.json")["tests"][0]["errors"]
     assert [(e["thread"], e["type"], e["message"], e["kind"]) for e in errors] == [
         ("cudagraph-thread-0", "AssertionError", "", "tls-missing"),
         ("cudagraph-thread-1", "AssertionError", "", "tls-missing"),
@@ -272,7 +262,7 @@ def test_compiles_skips_and_config_divergence(ourtester: pytest.Pytester) -> Non
     )
     result = ourtester.runpytest("--cudagraph-report", "--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=2)
-    records = by_nodeid(load(ourtester.path / "r.json"))
+    records = records_by_name(ourtester.path / "r.json")
     skipped = records["test_reduce_overhead_on_cpu_tensors"]
     assert skipped["settings"]["triton.cudagraphs"] == {"value": True, "source": "compile"}
     compiled = skipped["activity"]["compiled"]
@@ -378,7 +368,7 @@ def test_a_report_without_torch(ourtester: pytest.Pytester) -> None:
         "-p", "no:cacheprovider", "--cudagraph-report=json:r.json", "--cudagraph-report"
     )
     result.assert_outcomes(skipped=1)
-    document = load(ourtester.path / "r.json")
+    document = read_report(ourtester.path / "r.json")
     assert document["environment"]["torch"] is None
     assert set(document["environment"]) == {
         "python",

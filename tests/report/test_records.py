@@ -4,9 +4,7 @@ that are exceptions, leaks, backends, findings, --cudagraph-fail-on and unwritab
 from __future__ import annotations
 
 import _thread
-import json
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +12,8 @@ import pytest
 from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard._torch import observe
 
-from .conftest import QUIET_INI
+from ..conftest import QUIET_INI
+from ..helpers import read_report, records_by_name
 
 UNITTEST_SUITE = """
 import unittest
@@ -82,19 +81,11 @@ def test_skipped():
 """
 
 
-def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
-
-
-def by_name(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {record["nodeid"].split("::", 1)[-1]: record for record in document["tests"]}
-
-
 def test_every_test_that_ran_has_a_record(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(test_suite=UNITTEST_SUITE)
     result = ourtester.runpytest("--cudagraph-report", "--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=6, failed=2, skipped=2, errors=2)
-    records = by_name(load(ourtester.path / "r.json"))
+    records = records_by_name(ourtester.path / "r.json")
     assert {name: r["outcome"] for name, r in records.items()} == {
         "TestGraphs::test_compiles": "passed",
         "TestGraphs::test_passes_without_compiling": "passed",
@@ -115,7 +106,7 @@ def test_every_test_that_ran_has_a_record(ourtester: pytest.Pytester) -> None:
     result.stdout.no_fnmatch_line("test_suite.py::test_parametrized*")
     result.stdout.fnmatch_lines(["*error [[]MainThread]: AssertionError: *(kind: unclassified)"])
     result.stdout.no_fnmatch_line("*kind: None*")
-    summary = load(ourtester.path / "r.json")["summary"]
+    summary = read_report(ourtester.path / "r.json")["summary"]
     assert summary["tests"] == 11
     assert summary["errors_by_kind"] == {"unclassified": 4}
     every = ourtester.runpytest("--cudagraph-report=term-all")
@@ -131,7 +122,7 @@ def test_settings_are_those_torch_compiled_with(ourtester: pytest.Pytester) -> N
         "-k", "test_compiles", "--cudagraph-report=term-all", "--cudagraph-report=json:r.json"
     )
     result.assert_outcomes(passed=1)
-    record = by_name(load(ourtester.path / "r.json"))["TestGraphs::test_compiles"]
+    record = records_by_name(ourtester.path / "r.json")["TestGraphs::test_compiles"]
     assert record["settings"]["triton.cudagraphs"] == {"value": True, "source": "test"}
     assert record["settings_at_end"]["triton.cudagraphs"]["value"] is False
     compiled = record["activity"]["compiled"]
@@ -166,7 +157,7 @@ def test_a_with_patch_block_restore_is_not_the_tests_value(ourtester: pytest.Pyt
     )
     result = ourtester.runpytest("--cudagraph-report=term-all", "--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=2)
-    records = by_name(load(ourtester.path / "r.json"))
+    records = records_by_name(ourtester.path / "r.json")
     block = records["test_block"]
     assert block["settings"]["triton.cudagraphs"] == {"value": True, "source": "test"}
     assert block["settings_varied"] == {}
@@ -190,7 +181,7 @@ def test_a_skip_in_a_thread_is_an_outcome_not_an_error(ourtester: pytest.Pyteste
     )
     result = ourtester.runpytest("--cudagraph-report", "--cudagraph-report=json:r.json")
     result.assert_outcomes(skipped=1)
-    record = load(ourtester.path / "r.json")["tests"][0]
+    record = read_report(ourtester.path / "r.json")["tests"][0]
     assert (record["outcome"], record["errors"]) == ("skipped", [])
     result.stdout.no_fnmatch_line("*error:*")
 
@@ -215,7 +206,7 @@ def test_leaks_are_in_the_record_named_as_the_user_wrote_them(ourtester: pytest.
         "--cudagraph-report", "--cudagraph-report=json:r.json", "-W", "ignore"
     )
     result.assert_outcomes(passed=3)
-    records = by_name(load(ourtester.path / "r.json"))
+    records = records_by_name(ourtester.path / "r.json")
     assert records["test_leaks"]["leaks"] == [
         {
             "key": "torch._inductor.config.triton.cudagraphs",
@@ -279,7 +270,7 @@ def test_every_backend_is_counted_and_named(ourtester: pytest.Pytester) -> None:
     )
     result = ourtester.runpytest("--cudagraph-report", "--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=2)
-    records = by_name(load(ourtester.path / "r.json"))
+    records = records_by_name(ourtester.path / "r.json")
     eager = records["test_four_threads_eager"]["activity"]["compiled"]
     assert [c["backend"] for c in eager] == ["eager"] * 4
     assert [c["cudagraphs"] for c in eager] == [False] * 4
@@ -306,7 +297,9 @@ def test_a_test_with_nothing_to_show_is_only_counted(ourtester: pytest.Pytester)
     lines = result.stdout.str().split("= cudagraph report =")[1].splitlines()[1:]
     assert lines[0] == "no test had an error, a finding, a leak or a CUDA-graph skip"
     assert lines[2] == "1 test: 1 passed"
-    assert "TORCHINDUCTOR_CACHE_DIR" not in load(ourtester.path / "r.json")["tests"][0]["env"]
+    assert (
+        "TORCHINDUCTOR_CACHE_DIR" not in read_report(ourtester.path / "r.json")["tests"][0]["env"]
+    )
     every = ourtester.runpytest("--cudagraph-report=term-all")
     every.stdout.fnmatch_lines(["  settings: *triton.cudagraphs=False (default)*", "  activity: *"])
 
@@ -423,7 +416,7 @@ def test_cross_thread_graph_is_a_finding_in_the_record(ourtester: pytest.Pyteste
     ourtester.makepyfile(test_cross=CROSS_THREAD_TEST)
     result = ourtester.runpytest("--cudagraph-report", "--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=2)  # a finding fails nothing by itself
-    records = by_name(load(ourtester.path / "r.json"))
+    records = records_by_name(ourtester.path / "r.json")
     errors = records["test_shared"]["errors"]
     assert sorted((e["thread"], e["kind"]) for e in errors) == [
         ("drafter-0", "cross-thread-graph"),
@@ -507,7 +500,7 @@ def test_fail_on_config_divergence(ourtester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["*ERROR at teardown of test_diverges*", "config-divergence in thread drafter-9: *"]
     )
-    record = by_name(load(ourtester.path / "r.json"))["test_diverges"]
+    record = records_by_name(ourtester.path / "r.json")["test_diverges"]
     assert record["outcome"] == "error"
 
 
@@ -547,7 +540,7 @@ def test_the_header_says_what_options_applied(ourtester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(
         ["*= cudagraph report =*", "cudagraph_thread applied to 2 tests by --cudagraph-threads"]
     )
-    document = load(ourtester.path / "r.json")
+    document = read_report(ourtester.path / "r.json")
     options = document["environment"]["options"]
     assert {key: options[key] for key in ("threads", "tls", "subprocess", "fail_on")} == {
         "threads": 2,
@@ -555,7 +548,9 @@ def test_the_header_says_what_options_applied(ourtester: pytest.Pytester) -> Non
         "subprocess": False,
         "fail_on": ["leak"],
     }
-    applied = {name: r["applied_by"] for name, r in by_name(document).items()}
+    applied = {
+        name: r["applied_by"] for name, r in records_by_name(ourtester.path / "r.json").items()
+    }
     assert applied == {
         "test_one": "--cudagraph-threads",
         "test_two": "--cudagraph-threads",
@@ -577,9 +572,7 @@ def test_the_header_counts_subprocess_tests(ourtester: pytest.Pytester) -> None:
 def test_an_unwritable_report_path_is_one_line(ourtester: pytest.Pytester) -> None:
     ourtester.makeini(QUIET_INI)
     ourtester.makepyfile("def test_one():\n    pass\n")
-    result = ourtester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--cudagraph-report=json:/proc/x.json"
-    )
+    result = ourtester.runpytest("-p", "no:cacheprovider", "--cudagraph-report=json:/proc/x.json")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         ["cudagraph report: could not write json:/proc/x.json (*)", "*= 1 passed in *"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import QUIET_INI
+from ..conftest import QUIET_INI
 
 LEAKY_SUITE = """
     import os
@@ -325,7 +325,7 @@ def test_tests_that_change_nothing_cost_no_snapshot(
         + "def test_leak():\n    import torch._inductor.config as ic\n"
         + "    ic.max_autotune = True\n"
     )
-    result = ourtester.runpytest_subprocess("-s", "--cudagraph-guard=restore")
+    result = ourtester.runpytest("-s", "--cudagraph-guard=restore")
     result.assert_outcomes(passed=51)
     result.stdout.fnmatch_lines([f"SNAPSHOTS={expected}"])
 

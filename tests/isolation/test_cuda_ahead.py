@@ -8,8 +8,8 @@ import pytest
 
 from pytest_cudagraph_guard.isolation.cuda import STANDIN_VARIABLE
 
-from .conftest import QUIET_INI
-from .procfs import all_gone
+from ..conftest import QUIET_INI
+from ..procfs import all_gone
 
 # Each process that imports the stand-in logs its pid and the marker's variable as it saw it.
 STANDIN = """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .procfs import all_gone
+from ..procfs import all_gone
 
 # Each process that sets up a session (the parent's included) logs its pid, the marker's
 # variable as it saw it then, and whether CUDA graph trees were on.

@@ -17,7 +17,7 @@ from .markdown_examples import (
     skip_reason,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 CUDA = torch.cuda.is_available()
 README_MAX_LINES = 250

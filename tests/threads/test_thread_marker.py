@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .legacy_torch import CONFTEST as LEGACY_CONFTEST
-from .torch_fixes import FX_TRACING_PER_THREAD
+from ..legacy_torch import CONFTEST as LEGACY_CONFTEST
+from ..torch_fixes import FX_TRACING_PER_THREAD
 
 
 def test_body_runs_in_named_threads_released_together(ourtester: pytest.Pytester) -> None:

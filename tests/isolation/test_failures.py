@@ -4,11 +4,12 @@ zygote and the parent say once where they cannot do part of their work. Real ses
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
+
+from ..helpers import read_report
 
 SCREEN = 25
 PLUGIN_FRAMES = ("pluggy", "_pytest", "zygote.py", "forking.py", "child.py", "runpy")
@@ -178,7 +179,7 @@ def test_a_crash_or_timeout_of_an_xfail_test_is_xfailed_as_under_pytest_forked(
             "FAILED *::test_xpass_strict*",
         ]
     )
-    tests = json.loads((ourtester.path / "report.json").read_text())["tests"]
+    tests = read_report(ourtester.path / "report.json")["tests"]
     outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in tests}
     assert outcomes["test_crash_expected"] == "xfailed"
     assert outcomes["test_hang_expected"] == "xfailed"

@@ -4,7 +4,6 @@ user's outcomes. One fault per row of the patches table: a new row needs its fau
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import textwrap
@@ -18,6 +17,8 @@ from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard._torch import observe
 from pytest_cudagraph_guard._torch.patches import PATCHES, PatchRow
 from pytest_cudagraph_guard._torch.runtime import torch_version
+
+from ..helpers import records_by_name
 
 _HELPERS = """
 import importlib.util
@@ -226,11 +227,6 @@ def _missing_warnings(output: str, row: PatchRow) -> list[str]:
     return [line for line in output.splitlines() if wanted in line]
 
 
-def _records(path: Path) -> dict[str, Any]:
-    document = json.loads(path.read_text())
-    return {record["nodeid"].split("::")[-1]: record for record in document["tests"]}
-
-
 def _assert_the_rest_of_the_report(records: dict[str, Any], row: PatchRow, fault: Fault) -> None:
     assert {"test_compiles", "test_threads"} <= set(records)
     if "test_compiles" in fault.breaks:
@@ -267,7 +263,7 @@ def test_a_missing_torch_internal_turns_off_only_its_part(
     for loses in fault.stops:
         assert f"turned off for this session: {loses}." in output
     result.stdout.fnmatch_lines(["*CudagraphConfigLeakWarning: test_suite.py::test_leaks leaked*"])
-    _assert_the_rest_of_the_report(_records(ourtester.path / "r.json"), row, fault)
+    _assert_the_rest_of_the_report(records_by_name(ourtester.path / "r.json"), row, fault)
 
 
 def test_every_fault_names_a_row() -> None:
@@ -306,7 +302,7 @@ def test_a_bug_of_ours_in_an_observer_never_reaches_the_users_compile(
             "*ZeroDivisionError: a bug of ours*",
         ]
     )
-    records = _records(ourtester.path / "r.json")
+    records = records_by_name(ourtester.path / "r.json")
     assert [len(records[name]["activity"]["skips"]) for name in ("test_first", "test_second")] == [
         1,
         1,
