@@ -4,6 +4,7 @@ zygote and the parent say once where they cannot do part of their work. Real ses
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -192,14 +193,16 @@ def test_runxfail_makes_a_crash_a_failure(ourtester: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
 
 
-def test_pytests_setup_state_gone_is_said_once(ourtester: pytest.Pytester) -> None:
+def test_pytests_setup_state_gone_is_said_once(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ourtester.makeconftest(
         """
-        import sys
+        import os
         import pytest
 
-        def in_test_process():
-            return "pytest_cudagraph_guard.isolation.child" in sys.modules
+        def in_test_process():  # the parent session runs in the process that runs this test
+            return os.getpid() != int(os.environ["SETUPSTATE_TEST_PARENT_PID"])
 
         @pytest.hookimpl(trylast=True)
         def pytest_sessionstart(session):
@@ -226,6 +229,8 @@ def test_pytests_setup_state_gone_is_said_once(ourtester: pytest.Pytester) -> No
             pass
         """
     )
+    # The session runs in this process; its test processes inherit the variable.
+    monkeypatch.setenv("SETUPSTATE_TEST_PARENT_PID", str(os.getpid()))
     result = ourtester.runpytest()
     result.assert_outcomes(passed=2, warnings=1)
     result.stdout.fnmatch_lines(["*CudagraphGuardWarning: *has no Session._setupstate*"])
