@@ -19,7 +19,10 @@ ExcInfo = tuple[type[BaseException], BaseException, TracebackType]
 
 
 def is_unittest_case(item: pytest.Item) -> bool:
-    return isinstance(getattr(item, "instance", None), unittest.TestCase)
+    """By its class, which pytest knows from collection on (before 8.2 it makes the instance
+    only at the test's setup)."""
+    cls = getattr(item, "cls", None)
+    return isinstance(cls, type) and issubclass(cls, unittest.TestCase)
 
 
 @contextmanager
