@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import pytest
+from _pytest.terminal import TerminalReporter  # pytest 8.0 exports no pytest.TerminalReporter
 
 from .. import _torch
 from ..core.facts import journal_path_key
@@ -183,7 +184,7 @@ class SubprocessChild:
         chatter = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
         config.add_cleanup(chatter.close)
         config.pluginmanager.unregister(standard)
-        config.pluginmanager.register(pytest.TerminalReporter(config, chatter), "terminalreporter")
+        config.pluginmanager.register(TerminalReporter(config, chatter), "terminalreporter")
 
     @ours(_QUIETING)
     def pytest_internalerror(self, excrepr: object) -> None:
