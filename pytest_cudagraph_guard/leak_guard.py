@@ -7,20 +7,22 @@ import warnings
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pytest
 
 from . import _torch
-from .core.config_state import Change, QuickCheck, Snapshot, absorb, restore
+from .core.config_state import QuickCheck, Snapshot
 from .core.facts import leaks_key
 from .core.ours import note_failure, ours
-from .core.tracebacks import innermost
 from .core.warnings import (
     CudagraphConfigLeakWarning,
     CudagraphGuardWarning,
     warn_torch_notices,
 )
+
+if TYPE_CHECKING:
+    from .core.config_diff import Change
 
 T = TypeVar("T")
 
@@ -76,6 +78,8 @@ class LeakGuard:
     def _put_back_baseline(self) -> None:
         """After a bug of ours: the state the guard last saw, put back as well as it can be."""
         if self._baseline is not None:
+            from .core.config_diff import restore
+
             with contextlib.suppress(Exception):
                 restore(self._baseline)
 
@@ -172,6 +176,8 @@ class LeakGuard:
             return []
         if self._quick is not None and self._quick.unchanged():
             return []
+        from .core.config_diff import restore  # something changed: what, and put it back
+
         changes = restore(self._baseline)
         self._rebaseline()
         return changes
@@ -179,6 +185,8 @@ class LeakGuard:
     def _absorb(self, before: Snapshot, after: Snapshot) -> None:
         if self._baseline is None:
             return
+        from .core.config_diff import absorb
+
         absorb(self._baseline, before, after)
         self._count_loaded_modules()
         self._quick = None
@@ -215,6 +223,8 @@ def _warn_at(item: pytest.Item, message: str) -> None:
 def raised_by_us(error: BaseException) -> bool:
     """Whether ``error`` was raised by the plugin's own code rather than while reading torch:
     the frame that raised it is in this package, outside the torch boundary (``_torch``)."""
+    from .core.tracebacks import innermost
+
     tb = innermost(error)
     if tb is None:
         return False

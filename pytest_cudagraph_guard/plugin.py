@@ -120,6 +120,14 @@ def _start_report(session: PluginSession) -> None:
     report.start()
     config.pluginmanager.register(report, plugin_names.REPORT)
     start_crash_journal(config)
+    if session.xdist_worker or session.gathers_reports:
+        from .report.wire import RecordWire
+
+        config.pluginmanager.register(RecordWire(sending=session.xdist_worker))
+    if getattr(config.option, "xmlpath", None):
+        from .report.junit import JUnitProperties
+
+        config.pluginmanager.register(JUnitProperties())
     if session.gathers_reports:
         from .report.worker_crash import WorkerCrashes
 
@@ -218,14 +226,8 @@ def _check_markers(
     torch_installed: bool,
 ) -> tuple[str | None, bool]:
     """The error of a marker's bad argument (None: none), and whether a marker requires CUDA."""
-    from .core.markers import (
-        SUBPROCESS_MARKER,
-        THREAD_MARKER,
-        MarkerError,
-        describe_error,
-        item_subprocess_options,
-        item_thread_options,
-    )
+    from .core.marker_arguments import describe_error, item_subprocess_options, item_thread_options
+    from .core.markers import SUBPROCESS_MARKER, THREAD_MARKER, MarkerError
     from .core.options import plugin_options
 
     options = plugin_options(item.config)

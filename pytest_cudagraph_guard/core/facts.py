@@ -7,24 +7,13 @@ so no feature imports another.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:  # the keys are typed by their annotations: loading them loads no records
-    from .records import ErrorEntry, LeakEntry, SettingEntry
-
-
-@dataclass
-class ThreadRunFacts:
-    """What the ``cudagraph_thread`` marker did in one test's call phase."""
-
-    where: str  # shown as the test's place in the report, e.g. "thread x 2"
-    threads: tuple[str, ...]  # the names of the marker's threads
-    switches: dict[str, bool]  # the cudagraph settings the marker turned on in its threads
-    errors: list[ErrorEntry] = field(default_factory=list)  # what each thread raised
-    settings: dict[str, SettingEntry] | None = None  # as the first thread saw them; None: unread
+    from .records import ErrorEntry, LeakEntry
+    from .thread_facts import ThreadRunFacts
 
 
 thread_run_key: pytest.StashKey[ThreadRunFacts] = pytest.StashKey()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -74,8 +73,7 @@ class ReportFormat(NamedTuple):
         return self.kind if self.path is None else f"{self.kind}:{self.path}"
 
 
-@dataclass(frozen=True)
-class PluginOptions:
+class PluginOptions(NamedTuple):
     """The session's options; each field is the ini key less ``cudagraph_`` (``on``: the ini key
     ``cudagraph_on``, ``--cudagraph-on``)."""
 
@@ -132,17 +130,17 @@ def plugin_options(config: pytest.Config) -> PluginOptions:
 def resolve_options(config: pytest.Config) -> PluginOptions:
     values: dict[str, Any] = {}
     origins = []
-    for field in fields(PluginOptions):
-        read = _READERS.get(field.name)
+    for name in PluginOptions._fields:
+        read = _READERS.get(name)
         if read is None:
             continue
-        found = _given(config, field.name)
+        found = _given(config, name)
         if found is None:
-            origins.append((field.name, DEFAULT_ORIGIN))
+            origins.append((name, DEFAULT_ORIGIN))
             continue
         raw, origin = found
-        values[field.name] = read(raw, origin)
-        origins.append((field.name, origin))
+        values[name] = read(raw, origin)
+        origins.append((name, origin))
     return PluginOptions(**values, origins=tuple(origins))
 
 

@@ -19,8 +19,7 @@ import inspect
 import os
 import threading
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 
 import pytest
 
@@ -52,8 +51,7 @@ _PACKAGE: Final = __name__.rsplit(".", 2)[0]
 Honours = Callable[[pytest.Item], "str | None"]
 
 
-@dataclass(frozen=True)
-class Guarded:
+class Guarded(NamedTuple):
     """What the guard knows of one hook implementation or fixture: its name for the fault
     switch, the part of the plugin it belongs to, whether it runs code before and after a
     ``yield``, which tests ask for what it does, and whether nothing can go on without it."""
@@ -276,7 +274,11 @@ class _Call:
         self.kwargs = kwargs
 
     def arguments(self) -> dict[str, object]:
-        names = list(inspect.signature(self.function).parameters)
+        code = getattr(self.function, "__code__", None)
+        if code is not None:  # what inspect.signature says of a plain function, for far less
+            names = list(code.co_varnames[: code.co_argcount])
+        else:
+            names = list(inspect.signature(self.function).parameters)
         return {**dict(zip(names, self.args, strict=False)), **self.kwargs}
 
     def item(self) -> pytest.Item | None:

@@ -5,7 +5,6 @@ another up by name or depends on the order in which they are registered."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,17 +21,17 @@ TakeIn = Callable[[Callable[[], None]], None]
 test_process_key = pytest.StashKey[bool]()
 
 
-@dataclass
 class PluginSession:
     """The session's options and what each feature offers the others."""
 
-    config: pytest.Config
-    options: PluginOptions
-    # The leak guard's ``take_in``; None where the guard is off.
-    take_in: TakeIn | None = None
-    # Whether this process keeps the tests' records (a report or ``--cudagraph-fail-on``).
-    recording: bool = False
-    _settings_keys: list[str] | None = field(default=None, repr=False)
+    def __init__(self, config: pytest.Config, options: PluginOptions, *, recording: bool) -> None:
+        self.config = config
+        self.options = options
+        # The leak guard's ``take_in``; None where the guard is off.
+        self.take_in: TakeIn | None = None
+        # Whether this process keeps the tests' records (a report or ``--cudagraph-fail-on``).
+        self.recording = recording
+        self._settings_keys: list[str] | None = None
 
     @property
     def in_test_process(self) -> bool:

@@ -56,6 +56,8 @@ class StoredValues:
         differ = _torch.values_differ
         for read, (override, default) in self._kept:
             now_override, now_default = read()
+            if now_override is override and now_default is default:
+                continue  # an immutable value, kept as itself: most keys, decided without a call
             if differ(now_override, override) or differ(now_default, default):
                 return False
         return True

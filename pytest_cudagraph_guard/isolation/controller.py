@@ -18,7 +18,8 @@ from ..core.crash import ProcessEnd, crash_error, crash_text, death_summary
 from ..core.environment import user_torch_env
 from ..core.facts import applied_by_key
 from ..core.journal import journal_reading, read_journal
-from ..core.markers import SUBPROCESS_MARKER, SubprocessOptions
+from ..core.marker_arguments import SubprocessOptions
+from ..core.markers import SUBPROCESS_MARKER
 from ..core.options import plugin_options
 from ..core.records import (
     USER_PROPERTY,

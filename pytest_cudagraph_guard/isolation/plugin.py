@@ -14,12 +14,8 @@ import pytest
 
 from .. import _torch
 from ..core import plugin_names
-from ..core.markers import (
-    MarkerError,
-    item_subprocess_options,
-    plugin_marks,
-    subprocess_marker_asked,
-)
+from ..core.marker_arguments import item_subprocess_options
+from ..core.markers import MarkerError, plugin_marks, subprocess_marker_asked
 from ..core.ours import ours
 
 if TYPE_CHECKING:

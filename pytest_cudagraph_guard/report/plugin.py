@@ -12,13 +12,7 @@ import pytest
 from .. import _torch
 from ..core.diagnosis import error_record, hook_diagnoser
 from ..core.environment import UserEnvReader
-from ..core.facts import (
-    ThreadRunFacts,
-    applied_by_key,
-    leaks_key,
-    plugin_errors_key,
-    thread_run_key,
-)
+from ..core.facts import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
 from ..core.markers import SUBPROCESS_MARKER, THREAD_MARKER
 from ..core.ours import ours
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
@@ -34,16 +28,15 @@ from ..core.settings import SettingsReader
 from .acted_settings import settings_as_acted
 from .activity import TestActivity
 from .fail_on import failure_text, findings
-from .junit import add_junit_properties
 from .thread_watch import ThreadExceptionWatch
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession
+    from ..core.thread_facts import ThreadRunFacts
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER)
 _RECORDING = _torch.Loss("--cudagraph-report", "the records of tests")
-_JUNIT = _torch.Loss("--cudagraph-report", "kinds and hints as JUnit XML properties")
 
 
 class TestState:
@@ -136,13 +129,6 @@ class ReportPlugin:
         elif failures:
             _fail_teardown(report, failure_text(item.nodeid, failures))
         return report
-
-    @pytest.hookimpl(tryfirst=True)  # before pytest's junitxml reads the properties
-    @ours(_JUNIT)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """The record's kinds and hints as JUnit properties, where the record is final: here,
-        or in the process that gathers the reports of xdist workers and test processes."""
-        add_junit_properties(report)
 
     def _fail_on(self, item: pytest.Item, record: TestRecord) -> list[str]:
         """The record's entries that ``--cudagraph-fail-on`` fails the test for; the record's

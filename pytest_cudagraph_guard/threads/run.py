@@ -24,14 +24,16 @@ import pytest
 
 from .. import _torch
 from .._torch.faults import run_ours
-from ..core import config_state
+from ..core import config_diff, config_state
 from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
-from ..core.facts import ThreadRunFacts, thread_run_key
+from ..core.facts import thread_run_key
 from ..core.kinds import TIMEOUT
-from ..core.markers import THREAD_MARKER, ThreadOptions, item_thread_options
+from ..core.marker_arguments import ThreadOptions, item_thread_options
+from ..core.markers import THREAD_MARKER
 from ..core.outcomes import is_skip_or_xfail
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import SettingsReader, cudagraph_switches
+from ..core.thread_facts import ThreadRunFacts
 from .failures import raise_failures
 from .launch import Placement, barrier
 
@@ -311,7 +313,7 @@ def _settings_here(reader: SettingsReader, keys: list[str]) -> dict[str, Setting
 
 
 def _restore_config(before: config_state.Snapshot) -> None:
-    config_state.restore(before, include_env=False)
+    config_diff.restore(before, include_env=False)
 
 
 def fail_as_ours(what: str, error: BaseException) -> NoReturn:

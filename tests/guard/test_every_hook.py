@@ -23,7 +23,7 @@ from ..helpers import read_report
 DECLARATIONS = frozenset({"plugin.pytest_addhooks", "plugin.pytest_addoption"})
 _PACKAGE = pytest_cudagraph_guard.__name__
 # Hooks that run only in pytest-xdist's workers or controller: a session of their own.
-XDIST_ONLY = ("report.worker_crash.", "report.crash_journal.WorkerFaults.")
+XDIST_ONLY = ("report.worker_crash.", "report.crash_journal.WorkerFaults.", "report.wire.")
 
 
 def _short(module: str) -> str:
@@ -157,6 +157,8 @@ def _suite_args(guarded: Guarded) -> tuple[str, ...]:
     """The suite options' own hooks run only where an option applies them."""
     if guarded.name.startswith("suite.CudagraphsOn."):
         return ("--cudagraph-on",)
+    if guarded.name.startswith("report.junit."):
+        return ("--junitxml=junit.xml",)
     return ("--cudagraph-threads=1",) if guarded.name.startswith("suite.") else ()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph_guard.core import config_state
+from pytest_cudagraph_guard.core import config_diff, config_state
 from pytest_cudagraph_guard.leak_guard import raised_by_us
 
 LEAK_THEN_CHECK = """
@@ -119,5 +119,5 @@ def test_what_torch_raises_is_not_a_bug_of_ours() -> None:
         torch_side()
     assert not raised_by_us(raised.value)
     with pytest.raises(AttributeError) as ours:
-        config_state.restore(None)  # type: ignore[arg-type]
+        config_diff.restore(None)  # type: ignore[arg-type]
     assert raised_by_us(ours.value)
