@@ -7,8 +7,6 @@ from typing import Final
 
 import pytest
 
-from .facts import applied_by_key
-
 THREAD_MARKER: Final = "cudagraph_thread"
 SUBPROCESS_MARKER: Final = "cudagraph_subprocess"
 MAIN_THREAD_MARKER: Final = "cudagraph_main_thread"
@@ -49,6 +47,8 @@ class MarkerError(Exception):
 
 def applied_by_option(item: pytest.Item) -> str | None:
     """The suite option that applied a marker of the plugin to ``item``; None: its own."""
+    from .facts import applied_by_key
+
     return item.stash.get(applied_by_key, None)
 
 
