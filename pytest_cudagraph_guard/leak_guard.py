@@ -14,7 +14,7 @@ import pytest
 from . import _torch
 from .core.config_state import QuickCheck, Snapshot
 from .core.facts import leaks_key
-from .core.ours import note_failure, ours
+from .core.ours import ours
 from .core.warnings import (
     CudagraphConfigLeakWarning,
     CudagraphGuardWarning,
@@ -64,6 +64,8 @@ class LeakGuard:
             self.disabled = True
             if raised_by_us(exc):
                 self._put_back_baseline()
+                from .core.plugin_errors import note_failure
+
                 note_failure(_CHECKING, exc)
                 return None
             warnings.warn(

@@ -17,16 +17,12 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import threading
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import pytest
 
 from .. import _torch
-
-if TYPE_CHECKING:
-    from .records import ErrorEntry
 
 # Every hook and fixture of the plugin is decorated here when its module loads: what a failure
 # needs (the diagnosis, the records, the markers) is imported once one happens.
@@ -39,10 +35,6 @@ FAULT_VARIABLE: Final = "PYTEST_CUDAGRAPH_GUARD_FAULT"
 BEFORE: Final = "before"
 AFTER: Final = "after"
 GUARDED_ATTRIBUTE: Final = "cudagraph_guarded"  # each guarded function's ``Guarded``
-PLUGIN_ERROR_HINT: Final = (
-    "a failure of cudagraph_guard's own code, not of the test: that part of the plugin is off "
-    "for the rest of the session (see the CudagraphGuardWarning); please report it"
-)
 # Hooks that run before pytest records the session's warnings: theirs are configuration's.
 _CONFIGURATION_HOOKS: Final = frozenset({"pytest_cmdline_main", "pytest_configure"})
 _PACKAGE: Final = __name__.rsplit(".", 2)[0]
@@ -306,6 +298,8 @@ def _failed(guarded: Guarded, call: _Call, error: BaseException, *, raise_now: b
     so; ``essential`` code stops what it serves."""
     configuring = call.function.__name__ in _CONFIGURATION_HOOKS
     config = call.config() if configuring else None
+    from .plugin_errors import note_failure
+
     note_failure(guarded.loss, error, call.item(), config, stops=guarded.stops)
     _unhonoured(guarded, call, error, raise_now=raise_now)
     if guarded.essential:
@@ -316,42 +310,6 @@ def _stopped(guarded: Guarded) -> None:
     """Code whose part is off: skipped, unless nothing can go on without it."""
     if guarded.essential:
         raise PluginFailure(f"cudagraph_guard: {_why(guarded.loss, None)}")
-
-
-def note_failure(
-    loss: _torch.Loss,
-    error: BaseException,
-    item: pytest.Item | None = None,
-    config: pytest.Config | None = None,
-    *,
-    stops: bool = True,
-) -> None:
-    """A failure of our code in a hook: noted once for the session (that part stops, unless
-    tests ask for it by name) and warned at once (as configuration's, with ``config``), and on
-    the test's record."""
-    from .facts import plugin_errors_key
-    from .warnings import warn_torch_notices
-
-    _torch.note_internal_error(loss, error, stops=stops)
-    if item is not None:
-        item.stash.setdefault(plugin_errors_key, []).append(plugin_error_record(loss, error))
-    warn_torch_notices(config)
-
-
-def plugin_error_record(loss: _torch.Loss, error: BaseException) -> ErrorEntry:
-    """The record's entry for a failure of the plugin's own code met in a test."""
-    from .diagnosis import short_traceback, type_name
-    from .kinds import PLUGIN_ERROR
-    from .records import error_entry
-
-    return error_entry(
-        threading.current_thread().name,
-        type_name(error),
-        f"{loss.feature}: {loss.loses}: {error}",
-        kind=PLUGIN_ERROR,
-        hint=PLUGIN_ERROR_HINT,
-        traceback=short_traceback(error),
-    )
 
 
 # --- tests that asked for what failed ------------------------------------------------------

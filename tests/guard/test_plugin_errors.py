@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_cudagraph_guard.core.kinds import PLUGIN_ERROR
-from pytest_cudagraph_guard.core.ours import FAULT_VARIABLE, PLUGIN_ERROR_HINT
+from pytest_cudagraph_guard.core.ours import FAULT_VARIABLE
+from pytest_cudagraph_guard.core.plugin_errors import PLUGIN_ERROR_HINT
 
 from ..helpers import records_by_name
 
