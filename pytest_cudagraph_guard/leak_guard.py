@@ -80,9 +80,9 @@ class LeakGuard:
     def _put_back_baseline(self) -> None:
         """After a bug of ours: the state the guard last saw, put back as well as it can be."""
         if self._baseline is not None:
-            from .core.config_diff import restore
-
             with contextlib.suppress(Exception):
+                from .core.config_diff import restore
+
                 restore(self._baseline)
 
     @ours(_CHECKING)

@@ -32,12 +32,3 @@ def ourtester(pytester: pytest.Pytester) -> pytest.Pytester:
     """A pytester whose sessions get a clean ini, so only the plugin's defaults apply."""
     pytester.makeini(QUIET_INI)
     return pytester
-
-
-@pytest.fixture(autouse=True)
-def _inner_sessions_trim_like_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CI (`CI` or `BUILD_NUMBER` set) pytest prints each summary line untrimmed, repeating
-    a failure's whole message; inner sessions print as a developer's terminal does wherever the
-    suite runs, so the tests that count a message see the same text."""
-    monkeypatch.delenv("CI", raising=False)
-    monkeypatch.delenv("BUILD_NUMBER", raising=False)

@@ -26,3 +26,9 @@ def records_by_name(path: Path) -> dict[str, dict[str, Any]]:
 def name_of(nodeid: str) -> str:
     """The node id without its file: ``test_a.py::TestCase::test_x`` gives ``TestCase::test_x``."""
     return nodeid.split("::", 1)[-1]
+
+
+def before_the_summary(output: str) -> str:
+    """A session's output up to its short test summary, which repeats each failure's message
+    (whole where ``CI`` is set, as pytest does on CI)."""
+    return output.split("short test summary info", 1)[0]

@@ -1,8 +1,10 @@
 """The record on pytest-xdist's wire: a worker sends a test's record as one JSON text beside its
 serialized report, and the controller puts the record back among the report's user properties
 before pytest rebuilds the report. execnet's serializer walks every value of a record in Python,
-several times what ``json`` costs for the same record, on the worker and again on the controller;
-what plugins see of the report on either side is the same.
+several times what ``json`` costs for the same record, on the worker and again on the controller.
+The record arrives as the JSON report holds it (what a ``pytest_cudagraph_record`` hook added as
+a tuple arrives as a list); where the controller could not put it back, the report writer reads
+it from the text (``carried_record``), so that no record is lost.
 """
 
 from __future__ import annotations
@@ -64,11 +66,25 @@ def pack(data: dict[str, Any]) -> None:
 
 
 def unpack(data: dict[str, Any]) -> None:
-    """Puts the record that ``pack`` moved back where it was among the user properties."""
-    carried = data.pop(WIRE_KEY, None)
+    """Puts the record that ``pack`` moved back where it was among the user properties; ``data``
+    is changed only once the record is read."""
+    carried = data.get(WIRE_KEY)
     if carried is None:
         return
     index, text = carried
+    record = json.loads(text)
     properties = list(data.get("user_properties") or [])
-    properties.insert(index, (USER_PROPERTY, json.loads(text)))
+    properties.insert(index, (USER_PROPERTY, record))
     data["user_properties"] = properties
+    del data[WIRE_KEY]
+
+
+def carried_record(report: pytest.TestReport) -> dict[str, Any] | None:
+    """The record still carried as text by a report that ``unpack`` did not reach (the wire's
+    part of the plugin stopped on the controller); None where there is none."""
+    carried = getattr(report, WIRE_KEY, None)
+    try:
+        record = json.loads(carried[1]) if carried is not None else None
+    except (TypeError, ValueError, IndexError):
+        return None
+    return record if isinstance(record, dict) else None

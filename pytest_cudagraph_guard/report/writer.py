@@ -29,6 +29,7 @@ from ..core.records import (
 from .markdown import markdown_text
 from .render import brief_lines, full_lines, json_text, nothing_to_show_line, worth_a_look
 from .summary import summary_lines
+from .wire import carried_record
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
 TERMINAL_KINDS: Final = ("term", "term-all")
@@ -54,9 +55,10 @@ class ReportWriter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when not in RECORD_PHASES:
             return
-        for name, value in report.user_properties:
-            if name == USER_PROPERTY and isinstance(value, dict):
-                self.records[report.nodeid] = cast(TestRecord, value)  # JSON across processes
+        found = [v for n, v in report.user_properties if n == USER_PROPERTY and isinstance(v, dict)]
+        record = found[-1] if found else carried_record(report)
+        if record is not None:
+            self.records[report.nodeid] = cast(TestRecord, record)  # JSON across processes
 
     @pytest.hookimpl(trylast=True)
     @ours(_WRITING)

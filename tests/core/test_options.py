@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ..conftest import QUIET_INI
-from ..helpers import read_report
+from ..helpers import before_the_summary, read_report
 
 ONE_TEST = "def test_one():\n    pass\n"
 REPORT = "--cudagraph-report=json:r.json"
@@ -187,7 +187,7 @@ def test_a_bad_marker_argument_is_one_message_once(
     result = ourtester.runpytest()
     result.assert_outcomes(errors=1)
     output = result.stdout.str()
-    assert output.count(argument) == 1, output
+    assert before_the_summary(output).count(argument) == 1, output
     assert "During handling of the above exception" not in output
     assert f"test_bad.py::test_body: @pytest.mark.{marker.partition('(')[0]}: " in output
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ..helpers import records_by_name
+from ..helpers import before_the_summary, records_by_name
 
 # Two crashes: a plain native fault, and one right after a compile (the journal's last line).
 SUITE = """
@@ -48,7 +48,7 @@ def test_a_crashed_worker_is_a_record_as_a_dead_test_process_is(
     spread.assert_outcomes(passed=2, failed=2)
     output = spread.stdout.str()
     # The fault handler's dump reaches the user in the failure, trimmed to the user's frames.
-    assert output.count("Fatal Python error: Segmentation fault") == 2, output
+    assert before_the_summary(output).count("Fatal Python error: Segmentation fault") == 2, output
     assert "worker 'gw" in output
     assert "test process died with SIGSEGV (signal 11)" in output
     assert COMPILING in output
