@@ -120,7 +120,8 @@ def _start_report(session: PluginSession) -> None:
     report.start()
     config.pluginmanager.register(report, plugin_names.REPORT)
     start_crash_journal(config)
-    if session.xdist_worker or session.gathers_reports:
+    distributing = getattr(config.option, "dist", "no") != "no"  # xdist's controller, -n N
+    if session.xdist_worker or (session.gathers_reports and distributing):
         from .report.wire import RecordWire
 
         config.pluginmanager.register(RecordWire(sending=session.xdist_worker))

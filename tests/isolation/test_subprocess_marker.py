@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from ..helpers import read_report
 from ..procfs import all_gone, session_in_background, wait_for
@@ -384,22 +383,6 @@ def test_the_marker_is_documented(ourtester: pytest.Pytester) -> None:
             "require_cuda=False): run the whole test*"
         ]
     )
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible here")
-def test_require_cuda_skips_without_a_device(ourtester: pytest.Pytester) -> None:
-    ourtester.makepyfile(
-        """
-        import pytest
-
-        @pytest.mark.cudagraph_subprocess(require_cuda=True)
-        def test_needs_cuda():
-            raise AssertionError("must not run")
-        """
-    )
-    result = ourtester.runpytest("-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED * CUDA is not available"])
 
 
 SLEEPER = """

@@ -342,12 +342,14 @@ def test_the_marker_is_documented(ourtester: pytest.Pytester) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible here")
-def test_require_cuda_skips_without_a_device(ourtester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("marker", ["cudagraph_thread", "cudagraph_subprocess"])
+def test_require_cuda_skips_without_a_device(ourtester: pytest.Pytester, marker: str) -> None:
+    """``require_cuda=True`` skips a test of either marker where no CUDA device is visible."""
     ourtester.makepyfile(
-        """
+        f"""
         import pytest
 
-        @pytest.mark.cudagraph_thread(require_cuda=True)
+        @pytest.mark.{marker}(require_cuda=True)
         def test_needs_gpu():
             raise AssertionError("must not run")
         """
