@@ -138,6 +138,15 @@ def per_child_floor() -> float:
     return min(waves(concurrency, 2 * concurrency).per_child for concurrency in FLOOR_CONCURRENCY)
 
 
+def first_run_floor() -> float:
+    """Seconds of the bench's test run the first time in a fresh process whose context is already
+    created: what a serial suite of such tests pays per test at least, since no test may start
+    before the one before it ends, and each loads its kernels. This process must not have
+    initialised CUDA."""
+    timings = _in_child(steps)
+    return sum(ms for step, ms in timings.items() if step.startswith("first")) / 1e3
+
+
 def cuda_available() -> bool:
     """Asked in a child: this process must never touch CUDA, or its children could not use it."""
     return bool(_in_child(lambda: {"available": float(torch.cuda.is_available())})["available"])

@@ -4,7 +4,7 @@ fixtures, and the features, each loaded when the session shows that it needs it.
 Loading this module declares and imports nothing more (never torch). ``pytest_configure`` builds
 the session's ``PluginSession``, which every feature reads, and registers the features that the
 options ask for; the marker features load once a collected module or test names their marker.
-Hooks are in lifecycle order.
+Hooks are in lifecycle order. PYTEST_DONT_REWRITE: see the package's ``__init__``.
 """
 
 from __future__ import annotations

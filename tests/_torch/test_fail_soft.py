@@ -18,6 +18,7 @@ from pytest_cudagraph_guard._torch import observe
 from pytest_cudagraph_guard._torch.patches import PATCHES, PatchRow
 from pytest_cudagraph_guard._torch.runtime import torch_version
 
+from ..forked_sessions import ForkedSessions
 from ..helpers import records_by_name
 
 _HELPERS = """
@@ -241,7 +242,7 @@ def _assert_the_rest_of_the_report(records: dict[str, Any], row: PatchRow, fault
 
 @pytest.mark.parametrize("row_id", sorted(PATCHES))
 def test_a_missing_torch_internal_turns_off_only_its_part(
-    ourtester: pytest.Pytester, row_id: str
+    ourtester: pytest.Pytester, forked_sessions: ForkedSessions, row_id: str
 ) -> None:
     assert row_id in FAULTS, f"add a fault for the new row {row_id} to FAULTS"
     row, fault = PATCHES[row_id], FAULTS[row_id]
@@ -249,8 +250,8 @@ def test_a_missing_torch_internal_turns_off_only_its_part(
         pytest.skip(f"torch {torch_version()}: {row.attribute} is patched on torch {row.releases}")
     ourtester.makeconftest(textwrap.dedent(_HELPERS) + fault.change)
     ourtester.makepyfile(test_suite=_SUITE)
-    result = ourtester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-rA", "--cudagraph-report=json:r.json"
+    result = forked_sessions.run(
+        ourtester, "-p", "no:cacheprovider", "-rA", "--cudagraph-report=json:r.json"
     )
     output = result.stdout.str()
     result.assert_outcomes(

@@ -155,3 +155,41 @@ def test_a_marked_test_loads_its_feature(ourtester: pytest.Pytester) -> None:
     result = ourtester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["THREADS-LOADED: True"])
+
+
+def test_the_plugins_modules_load_through_pythons_importer(ourtester: pytest.Pytester) -> None:
+    """pytest rewrites the asserts of every installed plugin's modules through its own importer;
+    the plugin's have none for it (the package's ``__init__``, loaded first, takes them off),
+    and the user's tests are still rewritten."""
+    ourtester.makepyfile(
+        f"""
+        import sys
+
+        from _pytest.assertion.rewrite import AssertionRewritingHook
+
+        def test_the_plugins_modules():
+            ours = [m for n, m in sys.modules.items() if n.startswith("{PACKAGE}.")]
+            assert len(ours) > 3
+            assert [m for m in ours if isinstance(m.__loader__, AssertionRewritingHook)] == []
+
+        def test_the_users_asserts_are_rewritten():
+            assert [1, 2] == [1, 3]
+        """
+    )
+    result = ourtester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*At index 1 diff: 2 != 3*"])
+
+
+def test_a_second_session_that_names_the_plugin_warns_of_no_rewriting(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This process imported the plugin without pytest's rewriting; a session that names it
+    with ``-p`` (as where no entry point is installed) is not told it could not rewrite it."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    ourtester.makepyfile("def test_one():\n    pass\n")
+    result = ourtester.runpytest_inprocess(
+        "-p", f"{PACKAGE}.plugin", "-W", "error::pytest.PytestAssertRewriteWarning"
+    )
+    result.assert_outcomes(passed=1)
+    assert "cannot be rewritten" not in result.stdout.str()
