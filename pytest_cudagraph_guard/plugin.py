@@ -120,8 +120,7 @@ def _start_report(session: PluginSession) -> None:
     report.start()
     config.pluginmanager.register(report, plugin_names.REPORT)
     start_crash_journal(config)
-    distributing = getattr(config.option, "dist", "no") != "no"  # xdist's controller, -n N
-    if session.xdist_worker or (session.gathers_reports and distributing):
+    if session.xdist_worker or session.xdist_controller:
         from .report.wire import RecordWire
 
         config.pluginmanager.register(RecordWire(sending=session.xdist_worker))
@@ -129,7 +128,7 @@ def _start_report(session: PluginSession) -> None:
         from .report.junit import JUnitProperties
 
         config.pluginmanager.register(JUnitProperties())
-    if session.gathers_reports:
+    if session.xdist_controller:
         from .report.worker_crash import WorkerCrashes
 
         config.pluginmanager.register(WorkerCrashes(config))

@@ -48,6 +48,12 @@ class PluginSession:
         an xdist worker)."""
         return not self.in_test_process and not self.xdist_worker
 
+    @property
+    def xdist_controller(self) -> bool:
+        """Whether this process is pytest-xdist's controller, handing the tests to workers (``-n
+        N``): xdist sets ``dist`` before any ``pytest_configure``."""
+        return self.gathers_reports and getattr(self.config.option, "dist", "no") != "no"
+
     def settings_keys(self) -> list[str]:
         """The settings keys that other plugins add to the report
         (``pytest_cudagraph_report_keys``), asked for once."""
