@@ -15,6 +15,8 @@ run, is what a fresh CUDA process costs at the driver's pace.
 - ``n4-one-queue``: the same with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` set in the test processes
   only (ini ``cudagraph_process_env``; where the plugin has no such key, in the marked run's
   whole environment), against the unmarked suite in-process; goal <= 1.5.
+- ``n4-one-queue-spares2``, ``-spares3``: the same with ``cudagraph_spares`` 2 or 3 per worker
+  (the automatic count is 1 there): whether more spares per worker pay.
 """
 
 from __future__ import annotations
@@ -76,12 +78,15 @@ class GpuRun:
     one_queue: bool = False  # CUDA_DEVICE_MAX_CONNECTIONS=1 in the marked suite's processes
     ratio_target: float | None = None  # on marked / unmarked
     floor_target: float | None = None  # on the extra cost per test over the floor per child
+    spares: int | None = None  # ini cudagraph_spares for the marked suite; None: automatic
 
 
 GPU_RUNS = {
     "serial": GpuRun(floor_target=1.15),
     "n4": GpuRun(args=["-n", "4"]),
     "n4-one-queue": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5),
+    "n4-one-queue-spares2": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, spares=2),
+    "n4-one-queue-spares3": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, spares=3),
 }
 
 
@@ -163,6 +168,8 @@ def _measure_run(
     extra_args, variables, how = [], {}, ""
     if run.one_queue:
         extra_args, variables, how = one_queue_for_the_test_processes(marked)
+    if run.spares is not None:
+        extra_args = [*extra_args, "-o", f"cudagraph_spares={run.spares}"]
     command = [*PLAIN, *run.args]
     sides: list[Callable[[], float]] = [
         lambda: timed([*command, *extra_args], marked, variables=variables).wall,

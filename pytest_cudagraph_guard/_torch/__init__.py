@@ -2,9 +2,9 @@
 
 Nothing here imports torch at module level: every function that needs torch takes it from
 ``sys.modules`` or imports it on demand, so that loading the plugin stays free. Every torch
-attribute the plugin replaces is a row of ``patches.PATCHES``. Where torch is not as a row expects,
-or code of ours fails inside a torch call, only that row's part stops and ``faults`` keeps one
-notice for it (``take_notices``), which the package delivers as a warning.
+attribute the plugin replaces is a row of ``patch_table.PATCHES``. Where torch is not as a row
+expects, or code of ours fails inside a torch call, only that row's part stops and ``faults``
+keeps one notice for it (``take_notices``), which the package delivers as a warning.
 
 Each public name is imported from its submodule when first used (PEP 562), so that a session
 loads only the parts of the boundary it needs.

@@ -13,7 +13,8 @@ from typing import Any, Final
 
 from .config_access import ConfigTable
 from .faults import note_missing
-from .patches import PATCHES, PatchRow, owner_path, swap_class
+from .patch_table import PATCHES, PatchRow
+from .patches import owner_path, swap_class
 
 _SWAP_FAILURES: Final = (AttributeError, KeyError, TypeError, ValueError)
 

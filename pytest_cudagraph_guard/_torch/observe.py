@@ -34,10 +34,17 @@ from .events import (
 )
 from .faults import Loss, run_ours
 from .import_hooks import OnEachImport
-from .patches import PATCHES, Patches, owner_class
+from .patch_table import PATCHES
+from .patches import Patches, owner_class
 from .runtime import release_tuple
 from .thread_names import started_outside_python, thread_label
-from .tree_events import function_id_of, function_name, patch_tree_events, recording_function
+from .tree_events import (
+    function_id_of,
+    function_name,
+    patch_tree_events,
+    recording_function,
+    running_function,
+)
 from .trees import CUDAGRAPH_TREES
 
 INDUCTOR_BACKEND: Final = "inductor"
@@ -304,13 +311,14 @@ def _observed_capture_end(capture_end: Any) -> Any:
 
 
 def _observed_replay(replay: Any) -> Any:
-    """Every replay; the settings only at a test's first moment (a replay is the hot path)."""
+    """Every replay, with the function replayed where a tree manager runs it; the settings only
+    at a test's first moment (a replay is the hot path)."""
     loss = PATCHES["observe.replay"].loss
     audience = AUDIENCE
 
     def observe() -> None:
         settings = _settings_moment() if audience.settings_wanted else None
-        emit(Replayed(thread_label(), settings))
+        emit(Replayed(thread_label(), settings, running_function()))
 
     @functools.wraps(replay)
     def replay_observed(*args: Any, **kwargs: Any) -> Any:

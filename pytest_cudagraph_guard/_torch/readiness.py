@@ -18,7 +18,8 @@ import threading
 from typing import Any, Final
 
 from .faults import note_missing, run_ours
-from .patches import PATCHES, Patches, owner_class
+from .patch_table import PATCHES
+from .patches import Patches, owner_class
 from .trees import import_cudagraph_trees, serializes_captures
 
 _SERIALIZED: Final = (

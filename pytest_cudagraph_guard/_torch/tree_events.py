@@ -1,9 +1,10 @@
 """CUDAGraph Trees' own decisions, observed where torch makes them: a function's graph recorded
 again (and torch's reason), the fast path left, skips decided at run time.
 
-Every wrapper but one runs only when torch records, warms up or decides something rare; the
-exception, ``CUDAGraphNode.check_invariants`` (torch's check before each replay), only keeps the
-reason of a failed check for the recording that follows it.
+Every wrapper but two runs only when torch records, warms up or decides something rare. The two
+run before each replay, and only keep something for later: ``CUDAGraphNode.check_invariants``
+(torch's check) the reason of a failed check for the recording that follows it, and
+``CUDAGraphNode.run`` the node being replayed, whose function a replay's event names.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any, Final
 
 from .events import Rerecorded, Skipped, SlowPath, emit
 from .faults import run_ours
-from .patches import PATCHES, Patches, owner_class
+from .patch_table import PATCHES
+from .patches import Patches, owner_class
 from .runtime import release_tuple
 from .thread_names import thread_label
 from .trees import CUDAGRAPH_TREES
@@ -45,10 +47,11 @@ RUNTIME_SKIPS_LOGGED: Final = (2, 4)
 
 class _TreeState(threading.local):
     """What one thread's tree manager calls leave for the next: the function whose graph is
-    being recorded, and the last failed check of a recorded graph (a weak reference: the
-    graph's memory is torch's to free)."""
+    being recorded, the node being replayed, and the last failed check of a recorded graph (a
+    weak reference: the graph's memory is torch's to free)."""
 
     recording: str | None = None
+    replaying: Any = None
     mismatch_node: weakref.ref[Any] | None = None
     mismatch_reason: str = UNNAMED_MISMATCH
 
@@ -58,11 +61,26 @@ _HERE: Final = _TreeState()
 # that cannot be referenced weakly is kept by id (one entry per compiled graph).
 _MODELS: Final[weakref.WeakKeyDictionary[Any, int]] = weakref.WeakKeyDictionary()
 _MODELS_BY_ID: Final[dict[int, int]] = {}
+# Each replayed node's function name, worked out at its first replay.
+_NODE_NAMES: Final[weakref.WeakKeyDictionary[Any, str]] = weakref.WeakKeyDictionary()
 
 
 def recording_function() -> str | None:
     """The function whose graph the calling thread records now, where a tree manager records."""
     return _HERE.recording
+
+
+def running_function() -> str | None:
+    """The function whose graph the calling thread records or replays now, where a tree manager
+    runs it (a tree records, then replays the graph it recorded)."""
+    here = _HERE
+    node = here.replaying
+    if node is None:
+        return here.recording
+    name = _NODE_NAMES.get(node)
+    if name is None:
+        name = _NODE_NAMES[node] = _node_function(node)
+    return name
 
 
 def patch_tree_events(module: ModuleType, manager: type, patches: Patches) -> None:
@@ -72,10 +90,11 @@ def patch_tree_events(module: ModuleType, manager: type, patches: Patches) -> No
     patches.apply(PATCHES["tree_events.cudagraphify"], module, _observed_tree_cudagraphify)
     if release_tuple() >= RUNTIME_SKIPS_LOGGED:
         patches.apply(PATCHES["tree_events.runtime_skip"], module, _observed_runtime_skip)
-    row = PATCHES["tree_events.check_invariants"]
-    node = owner_class(module, "CUDAGraphNode", row)
+    rows = PATCHES["tree_events.check_invariants"], PATCHES["tree_events.node_run"]
+    node = owner_class(module, "CUDAGraphNode", *rows)
     if node is not None:
-        patches.apply(row, node, _observed_check_invariants)
+        patches.apply(rows[0], node, _observed_check_invariants)
+        patches.apply(rows[1], node, _observed_node_run)
 
 
 # --- function names ---------------------------------------------------------------------------
@@ -112,6 +131,21 @@ def _node_function(node: Any) -> str:
 def function_id_of(args: tuple[object, ...], kwargs: dict[str, object]) -> object:
     """The ``function_id`` argument of a tree manager's method, however it was passed."""
     return kwargs.get("function_id", args[1] if len(args) > 1 else None)
+
+
+def _observed_node_run(run: Any) -> Any:
+    """A recorded node's replay: the node, for the replay's event to name its function."""
+    here = _HERE
+
+    @functools.wraps(run)
+    def run_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        here.replaying = self
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            here.replaying = None
+
+    return run_observed
 
 
 # --- re-recordings ------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from types import ModuleType
 from typing import Any, Final
 
 from .faults import run_ours
-from .patches import PATCHES, replace_for_good
+from .patch_table import PATCHES
+from .patches import replace_for_good
 from .runtime import import_torch
 
 CUDAGRAPH_TREES: Final = "torch._inductor.cudagraph_trees"

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard._torch import observe
-from pytest_cudagraph_guard._torch.patches import PATCHES, PatchRow
+from pytest_cudagraph_guard._torch.patch_table import PATCHES, PatchRow
 from pytest_cudagraph_guard._torch.runtime import torch_version
 
 from ..forked_sessions import ForkedSessions
@@ -208,6 +208,7 @@ FAULTS = {
     "tree_events.check_invariants": Fault(
         "after_import(TREES, delete('CUDAGraphNode', 'check_invariants'))\n"
     ),
+    "tree_events.node_run": Fault("after_import(TREES, delete('CUDAGraphNode', 'run'))\n"),
     "tree_events.cudagraphify": Fault("after_import(TREES, delete('', 'cudagraphify'))\n"),
     "tree_events.runtime_skip": Fault(
         "after_import(TREES, delete('', 'log_cudagraph_skip_and_bump_counter'))\n"

@@ -21,7 +21,8 @@ import torch.cuda.graphs
 
 from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard._torch import counting, observe, readiness, trees
-from pytest_cudagraph_guard._torch.patches import PATCHES, applied_rows
+from pytest_cudagraph_guard._torch.patch_table import PATCHES
+from pytest_cudagraph_guard._torch.patches import applied_rows
 
 PACKAGE = Path(_torch.__file__).parent
 

@@ -57,33 +57,46 @@ def test_reduce_overhead_in_a_test_process_after_cuda_in_the_parent(
     assert record["errors"] == []
 
 
-def test_a_crash_in_a_cuda_test_process_leaves_the_session_going(
-    gpu_tester: pytest.Pytester,
+CRASH_AFTER_REPLAYS = """
+import ctypes
+import pytest
+import torch
+
+def step(x):
+    return x * 2 + 1
+
+{marker}
+def test_crashes_after_replaying():
+    compiled = torch.compile(step, mode="reduce-overhead")
+    x = torch.randn(64, device="cuda")
+    for _ in range(3):
+        compiled(x)
+    torch.cuda.synchronize()
+    ctypes.string_at(0)
+
+def test_after():
+    assert torch.ones(2, device="cuda").sum().item() == 2
+"""
+REPLAYING = "it died while replaying a graph of `step (test_crash.py:6)` in thread `MainThread`"
+
+
+@pytest.mark.parametrize(
+    ("marker", "runner"),
+    [("@pytest.mark.cudagraph_subprocess", ()), ("", ("-n", "2"))],
+    ids=["marker", "xdist"],
+)
+def test_a_crash_in_a_cuda_test_process_names_the_graph_it_replayed(
+    gpu_tester: pytest.Pytester, marker: str, runner: tuple[str, ...]
 ) -> None:
-    gpu_tester.makepyfile(
-        """
-        import ctypes
-        import pytest
-        import torch
-
-        @pytest.mark.cudagraph_subprocess
-        def test_crashes_after_capturing():
-            compiled = torch.compile(lambda x: x * 2 + 1, mode="reduce-overhead")
-            x = torch.randn(64, device="cuda")
-            for _ in range(3):
-                compiled(x)
-            torch.cuda.synchronize()
-            ctypes.string_at(0)
-
-        def test_after():
-            assert torch.ones(2, device="cuda").sum().item() == 2
-        """
+    gpu_tester.makepyfile(test_crash=CRASH_AFTER_REPLAYS.format(marker=marker))
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report=json:r.json", *runner
     )
-    result = gpu_tester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(
-        ["cudagraph_subprocess: test process died with SIGSEGV (signal 11)"]
-    )
+    result.stdout.fnmatch_lines(["*test process died with SIGSEGV (signal 11)*", REPLAYING])
+    [error] = records_by_name(gpu_tester.path / "r.json")["test_crashes_after_replaying"]["errors"]
+    assert error["kind"] == "process-crash"
+    assert error["message"] == f"test process died with SIGSEGV (signal 11); {REPLAYING}"
 
 
 ZYGOTE_VERDICTS = """
