@@ -219,6 +219,7 @@ def measure(
         output_bytes = (root_a / case.output).stat().st_size if case.output else None
     times_a, times_b = [run.wall for run in runs_a], [run.wall for run in runs_b]
     ratio = median_ratio(times_a, times_b)
+    cpu_ratio = median_ratio([run.cpu for run in runs_a], [run.cpu for run in runs_b])
     session_ms = per_test_ms(
         [run.session for run in runs_a], [run.session for run in runs_b], tests
     )
@@ -231,7 +232,8 @@ def measure(
     size = f"; {case.output}: {output_bytes} bytes" if output_bytes is not None else ""
     log(
         f"{case.name}: A / B {ratio:.3f}{figure}; A median {statistics.median(times_a):.2f} s, "
-        f"B median {statistics.median(times_b):.2f} s; {tests} tests, {pairs} pairs{size}"
+        f"B median {statistics.median(times_b):.2f} s; by CPU time A / B {cpu_ratio:.3f}; "
+        f"{tests} tests, {pairs} pairs{size}"
     )
     return {
         "case": case.name,
@@ -239,6 +241,7 @@ def measure(
         "tests": tests,
         "pairs": pairs,
         "ratio": round(ratio, 4),
+        "cpu_ratio": round(cpu_ratio, 4),
         "per_test_ms": round(session_ms, 4),
         "per_test_ms_wall": round(wall_ms, 4),
         "ratio_target": case.target,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -103,6 +104,8 @@ def env_with_bytecode() -> dict[str, str]:
 class Timing(NamedTuple):
     wall: float  # seconds, the whole pytest process
     session: float  # pytest's "in N s": collection and tests (with xdist, its workers' start)
+    cpu: float  # seconds of CPU, user and system, of the pytest process and its children:
+    # steadier than wall time on a shared machine, where other work delays a run
 
 
 SESSION_SECONDS = re.compile(r" in ([0-9.]+)s\b")  # the last line of pytest's summary
@@ -119,6 +122,7 @@ def timed(
     env = {**env_with_bytecode(), **(variables or {})}
     if plugin_tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugin_tree), env.get("PYTHONPATH")]))
+    cpu_before = _children_cpu()
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", *command],
@@ -129,11 +133,17 @@ def timed(
         env=env,
     )
     wall = time.perf_counter() - start
+    cpu = _children_cpu() - cpu_before
     lines = done.stdout.strip().splitlines()
     session = SESSION_SECONDS.search(lines[-1]) if lines else None
     if session is None:
         raise SystemExit(f"pytest {' '.join(command)} in {cwd} printed no session time")
-    return Timing(wall, float(session.group(1)))
+    return Timing(wall, float(session.group(1)), cpu)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 T = TypeVar("T")
