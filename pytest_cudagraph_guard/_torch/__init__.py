@@ -104,6 +104,9 @@ if TYPE_CHECKING:
         Recorded as Recorded,
     )
     from .events import (
+        RecordingStarted as RecordingStarted,
+    )
+    from .events import (
         Replayed as Replayed,
     )
     from .events import (
@@ -276,6 +279,7 @@ _EXPORTS: Final[dict[str, tuple[str, ...]]] = {
         "Observer",
         "RanEarlierGraph",
         "Recorded",
+        "RecordingStarted",
         "Replayed",
         "Rerecorded",
         "Skipped",

@@ -41,6 +41,15 @@ class Cudagraphified:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordingStarted:
+    """A tree manager starts recording a function's graph: a crash in its capture comes before
+    ``Recorded``."""
+
+    thread: str
+    function: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Recorded:
     """A CUDA graph captured (a tree manager's set-up capture is not one)."""
 
@@ -106,6 +115,7 @@ class RanEarlierGraph:
 TorchEvent = (
     Compiled
     | Cudagraphified
+    | RecordingStarted
     | Recorded
     | Replayed
     | Skipped

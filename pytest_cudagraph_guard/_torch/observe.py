@@ -33,18 +33,13 @@ from .events import (
     emit,
 )
 from .faults import Loss, run_ours
+from .function_names import compiled_function, function_id_of, function_name
 from .import_hooks import OnEachImport
 from .patch_table import PATCHES
 from .patches import Patches, owner_class
 from .runtime import release_tuple
 from .thread_names import started_outside_python, thread_label
-from .tree_events import (
-    function_id_of,
-    function_name,
-    patch_tree_events,
-    recording_function,
-    running_function,
-)
+from .tree_events import patch_tree_events, recording_function, running_function
 from .trees import CUDAGRAPH_TREES
 
 INDUCTOR_BACKEND: Final = "inductor"
@@ -61,6 +56,7 @@ class _ObservationState:
         self.patches = Patches()
         self.observed_names: set[str] = set()
         self.in_manager_init = threading.local()
+        self.compiling = threading.local()  # .function: the function dynamo compiles now
         self.skipped_graphs: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         # Each tree manager seen created: (ident, name) of the thread that created it.
         self.manager_threads: weakref.WeakKeyDictionary[Any, tuple[int, str]] = (
@@ -137,10 +133,14 @@ def _options_of(config_patches: object) -> dict[str, CompileOption]:
 def _observed_compile_fx(compile_fx: Any) -> Any:
     loss = PATCHES["observe.compile_fx"].loss
 
+    compiling = _STATE.compiling
+
     def observe(kwargs: dict[str, object]) -> None:
         options = _options_of(kwargs.get("config_patches"))
         if options or not kwargs.get("inner_compile"):
-            emit(Compiled(thread_label(), INDUCTOR_BACKEND, options, _settings_moment()))
+            function = getattr(compiling, "function", None)
+            settings = _settings_moment()
+            emit(Compiled(thread_label(), INDUCTOR_BACKEND, options, settings, function))
 
     @functools.wraps(compile_fx)
     def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
@@ -157,20 +157,26 @@ def backend_name(compiler_fn: object) -> str:
 
 
 def _observed_user_compiler(call_user_compiler: Any) -> Any:
-    """Dynamo's call of the backend; inductor's compiles are seen (with their options) in
-    ``compile_fx``."""
+    """Dynamo's call of the backend, with the function it compiles; inductor's compiles are seen
+    (with their options) in ``compile_fx``, inside this call."""
 
     loss = PATCHES["observe.backend"].loss
+    compiling = _STATE.compiling
 
     def observe(output_graph: Any) -> None:
+        function = compiled_function(output_graph)
+        compiling.function = function
         name = backend_name(getattr(output_graph, "compiler_fn", None))
         if name != INDUCTOR_BACKEND:
-            emit(Compiled(thread_label(), name, {}, cudagraph_settings_here()))
+            emit(Compiled(thread_label(), name, {}, cudagraph_settings_here(), function))
 
     @functools.wraps(call_user_compiler)
     def call_user_compiler_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
         run_ours(loss, observe, self)
-        return call_user_compiler(self, *args, **kwargs)
+        try:
+            return call_user_compiler(self, *args, **kwargs)
+        finally:
+            compiling.function = None
 
     return call_user_compiler_observed
 
@@ -249,10 +255,7 @@ def _observed_graph_call(call: Any) -> Any:
 
 
 def _observed_manager_init(init: Any) -> Any:
-    in_init = _STATE.in_manager_init
-
-    creators = _STATE.manager_threads
-
+    in_init, creators = _STATE.in_manager_init, _STATE.manager_threads
     loss = PATCHES["observe.manager_init"].loss
 
     def tag(manager: Any) -> None:
@@ -273,9 +276,7 @@ def _observed_manager_init(init: Any) -> Any:
 def _observed_manager_run(run: Any) -> Any:
     """Every call of a compiled function through a tree manager (warm-up, recording, replay):
     from a thread other than the manager's creator, it is the ``CrossThread`` event."""
-    creators = _STATE.manager_threads
-
-    loss = PATCHES["observe.manager_run"].loss
+    creators, loss = _STATE.manager_threads, PATCHES["observe.manager_run"].loss
 
     def observe(manager: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         if started_outside_python(threading.current_thread()):

@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, Final
 
-from .events import Rerecorded, Skipped, SlowPath, emit
+from .events import RecordingStarted, Rerecorded, Skipped, SlowPath, emit
 from .faults import run_ours
+from .function_names import function_id_of, function_name, name_from_traces, node_function
 from .patch_table import PATCHES
 from .patches import Patches, owner_class
 from .runtime import release_tuple
@@ -79,7 +80,7 @@ def running_function() -> str | None:
         return here.recording
     name = _NODE_NAMES.get(node)
     if name is None:
-        name = _NODE_NAMES[node] = _node_function(node)
+        name = _NODE_NAMES[node] = node_function(node)
     return name
 
 
@@ -97,40 +98,7 @@ def patch_tree_events(module: ModuleType, manager: type, patches: Patches) -> No
         patches.apply(rows[1], node, _observed_node_run)
 
 
-# --- function names ---------------------------------------------------------------------------
-
-
-def function_name(manager: Any, function_id: Any) -> str:
-    """A compiled function as its user knows it: the innermost user frame of its recorded stack
-    traces (``fn (model.py:12)``), else its tree manager's function id."""
-    traces = getattr(manager, "ids_to_stack_traces", {}).get(function_id)
-    return name_from_traces(traces) or _unnamed(function_id)
-
-
-def _unnamed(function_id: Any) -> str:
-    return f"compiled function #{getattr(function_id, 'id', function_id)}"
-
-
-def name_from_traces(traces: Iterable[Any] | None) -> str | None:
-    for trace in traces or ():
-        frames = [line.strip() for line in str(trace or "").splitlines()]
-        frames = [line for line in frames if line.startswith("File ")]
-        if frames:
-            where, _, name = frames[-1].rpartition(", in ")
-            file_part, _, line_part = where.partition(", line ")
-            file_name = file_part.removeprefix("File ").strip('"').replace("\\", "/")
-            return f"{name} ({file_name.rsplit('/', 1)[-1]}:{line_part})"
-    return None
-
-
-def _node_function(node: Any) -> str:
-    function_id = getattr(getattr(node, "wrapped_function", None), "id", None)
-    return name_from_traces(getattr(node, "stack_traces", None)) or _unnamed(function_id)
-
-
-def function_id_of(args: tuple[object, ...], kwargs: dict[str, object]) -> object:
-    """The ``function_id`` argument of a tree manager's method, however it was passed."""
-    return kwargs.get("function_id", args[1] if len(args) > 1 else None)
+# --- replays -----------------------------------------------------------------------------------
 
 
 def _observed_node_run(run: Any) -> Any:
@@ -175,8 +143,9 @@ def _observed_check_invariants(check: Any) -> Any:
 
 
 def _observed_record_function(record: Any) -> Any:
-    """Every recording through a tree manager: the function it records (for ``Recorded``), and
-    a re-recording where that function already has a graph at the same place of the tree."""
+    """Every recording through a tree manager: its start, the function it records (for
+    ``Recorded``), and a re-recording where that function already has a graph at the same place
+    of the tree."""
     loss = PATCHES["tree_events.record_function"].loss
     here = _HERE
 
@@ -184,6 +153,7 @@ def _observed_record_function(record: Any) -> Any:
         function_id = function_id_of(args, kwargs)
         name = function_name(manager, function_id)
         here.recording = name
+        emit(RecordingStarted(thread_label(), name))
         current = getattr(manager, "current_node", None)
         places = manager.roots if current is None else current.children
         siblings = places.get(function_id) or ()
@@ -258,7 +228,7 @@ def _observed_runtime_skip(log_skip: Any) -> Any:
         if RERECORD_LIMIT in reason:
             noted = _HERE.mismatch_node
             node = noted() if noted is not None else None
-            name = _node_function(node) if node is not None else "compiled function"
+            name = node_function(node) if node is not None else "compiled function"
             emit(Rerecorded(thread, name, reason))
 
     @functools.wraps(log_skip)
@@ -281,7 +251,7 @@ def _observed_checkpoint(checkpoint: Any) -> Any:
         node = getattr(manager, "current_node", None)
         pending = bool(getattr(manager, "running_forwards_with_pending_backwards", False))
         reason = PENDING_CHECKPOINT if pending else LIVE_OUTPUTS
-        emit(SlowPath(thread_label(), _node_function(node), reason))
+        emit(SlowPath(thread_label(), node_function(node), reason))
 
     @functools.wraps(checkpoint)
     def checkpoint_observed(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -268,6 +268,11 @@ def pool_leak_hint() -> str:
 def rerecord_hint(reason: str) -> str:
     """What to do about torch recording a function's graph again for ``reason``."""
     text = reason.lower()
+    if "limit" in text:  # before the cause, which torch names in the same message
+        return (
+            "torch re-recorded this function so often that it now runs it without CUDA "
+            "graphs: remove the cause of the re-recordings (the reason above)"
+        )
     if "static input" in text:
         return (
             "a parameter, buffer or static input is a new tensor at another address (e.g. "
@@ -292,11 +297,6 @@ def rerecord_hint(reason: str) -> str:
             else ""
         )
         return f"each new input size records another CUDA graph: pad inputs to a few sizes{sizes}"
-    if "limit" in text:
-        return (
-            "torch re-recorded this function so often that it now runs it without CUDA "
-            "graphs: remove the cause of the re-recordings (the reason above)"
-        )
     return "a graph recorded again costs a capture each time: find what changes between calls"
 
 

@@ -24,6 +24,7 @@ WORKER_FAULTS: Final = "cudagraph_guard_faults"
 # The events that change what the journal says a process is doing.
 _DOING: Final[dict[type, str]] = {
     _torch.Compiled: COMPILING,
+    _torch.RecordingStarted: RECORDING,
     _torch.Recorded: RECORDING,
     _torch.Replayed: REPLAYING,
 }

@@ -13,7 +13,7 @@ from .. import _torch
 from ..core.diagnosis import error_record, hook_diagnoser
 from ..core.environment import UserEnvReader
 from ..core.facts import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
-from ..core.markers import SUBPROCESS_MARKER, THREAD_MARKER
+from ..core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
 from ..core.ours import ours
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
 from ..core.records import (
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..core.thread_facts import ThreadRunFacts
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
-PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER)
+PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER, MAIN_THREAD_MARKER)
 _RECORDING = _torch.Loss("--cudagraph-report", "the records of tests")
 
 
@@ -188,7 +188,7 @@ class ReportPlugin:
             leaks=item.stash.get(leaks_key, None),
             settings_at_end=shown.at_end,
             settings_varied=shown.varied,
-            uses_plugin=_uses_plugin(item),
+            uses_plugin=self.session.options.on or _uses_plugin(item),
             applied_by=item.stash.get(applied_by_key, None),
         )
 
@@ -229,6 +229,7 @@ def _fail_teardown(report: pytest.TestReport, text: str) -> None:
 
 
 def _uses_plugin(item: pytest.Item) -> bool:
+    """A fixture or marker of the plugin (a suite option's marker included: it adds them)."""
     return bool(PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ()))) or any(
         item.get_closest_marker(name) is not None for name in PLUGIN_MARKERS
     )

@@ -18,11 +18,13 @@ from torch._inductor.runtime.cache_dir_utils import cache_dir
 
 cache_dir()  # torch writes its default folder into the environment, here and in the parent
 
+def step(x):
+    return x * 2
+
 @pytest.mark.cudagraph_subprocess
 def test_drafter_dies():
     def draft():
-        step = torch.compile(lambda x: x * 2, backend="eager")
-        step(torch.ones(2))
+        torch.compile(step, backend="eager")(torch.ones(2))
         ctypes.string_at(0)
 
     drafter = threading.Thread(target=draft, name="drafter-1")
@@ -38,7 +40,10 @@ def test_a_crash_names_its_thread_and_what_torch_was_doing_there(
     result = ourtester.runpytest("--cudagraph-report=json:r.json")
     result.assert_outcomes(failed=1)
     output = result.stdout.str()
-    died_while = "it died while compiling a function (backend eager) in thread `drafter-1`"
+    died_while = (
+        "it died while compiling `step (test_a_crash_names_its_thread_and_what_torch_was_doing"
+        "_there.py:9)` (backend eager) in thread `drafter-1`"
+    )
     result.stdout.fnmatch_lines(
         [
             "cudagraph_subprocess: test process died with SIGSEGV (signal 11)",

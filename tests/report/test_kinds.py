@@ -19,6 +19,7 @@ from pytest_cudagraph_guard._torch.patches import Patches
 from pytest_cudagraph_guard.core.diagnosis import error_record
 from pytest_cudagraph_guard.core.kinds import OVERWRITTEN_OUTPUT, POOL_LEAK, RERECORD, SLOW_PATH
 from pytest_cudagraph_guard.report import activity as report_activity
+from pytest_cudagraph_guard.report.crash_journal import journal_activity
 
 STACK = 'File "/src/model.py", line 7, in step\n    return x.sin()\n'
 
@@ -88,6 +89,9 @@ class _StandInNode:
 
     def check_invariants(self, inputs: list[Any]) -> tuple[Any, Any]:
         return self.status, lambda: str(self.status)
+
+    def run(self, replay: Any) -> Any:
+        return replay()
 
 
 class _StandInManager:
@@ -193,6 +197,30 @@ def test_a_new_input_size_is_a_graph_recorded_again(events: list[Any]) -> None:
     assert events == [_torch.Rerecorded("MainThread", "step (model.py:7)", tree_events.NEW_SIZES)]
 
 
+def test_a_replay_names_the_function_of_the_node_torch_runs(events: list[Any]) -> None:
+    node = _StandInNode(None)
+    assert tree_events.running_function() is None
+    assert node.run(tree_events.running_function) == "step (model.py:7)"
+    assert node.run(tree_events.running_function) == "step (model.py:7)"  # the name kept
+    assert tree_events.running_function() is None
+
+
+def test_a_recording_is_in_the_crash_journal_before_its_capture(events: list[Any]) -> None:
+    _StandInManager().record_function([1], 3)
+    [started] = [e for e in events if isinstance(e, _torch.RecordingStarted)]
+    assert started == _torch.RecordingStarted("MainThread", "step (model.py:7)")
+    activity = journal_activity(started)
+    assert activity is not None
+    assert activity.phrase() == "recording a graph of `step (model.py:7)` in thread `MainThread`"
+
+
+def _activity_of(events: list[Any]) -> report_activity.TestActivity:
+    activity = report_activity.TestActivity({})
+    for event in events:
+        activity.add(event)
+    return activity
+
+
 def test_the_rerecord_limit_is_a_skip_and_a_finding(events: list[Any]) -> None:
     _StandInTrees.log_cudagraph_skip_and_bump_counter(
         "skipping cudagraph due to function 0 exceeding max re-recording limit (=2) on "
@@ -203,6 +231,8 @@ def test_the_rerecord_limit_is_a_skip_and_a_finding(events: list[Any]) -> None:
     assert isinstance(rerecord, _torch.Rerecorded)
     assert rerecord.reason == skip.reason
     assert skip.reason.endswith("due to static input data pointer changed.")
+    [finding] = _activity_of(events).findings()
+    assert "now runs it without CUDA graphs" in (finding["hint"] or "")
 
 
 def test_leaving_the_fast_path_is_a_finding_once_per_function_and_reason(
@@ -213,10 +243,7 @@ def test_leaving_the_fast_path_is_a_finding_once_per_function_and_reason(
     manager.check_warn_on_unable_to_start_executing(3)  # torch warns once per function
     manager.apply_checkpoint_execution_state_in_allocator()
     manager.apply_checkpoint_execution_state_in_allocator()
-    activity = report_activity.TestActivity({})
-    for event in events:
-        activity.add(event)
-    entries = activity.findings()
+    entries = _activity_of(events).findings()
     assert [e["kind"] for e in entries] == [SLOW_PATH, SLOW_PATH]
     warned, checkpointed = entries
     assert "(once in this test)" in warned["message"]

@@ -20,15 +20,19 @@ def test_before():
 def test_segfaults():
     ctypes.string_at(0)
 
+def step(x):
+    return x + 1
+
 def test_crashes_after_a_compile():
-    step = torch.compile(lambda x: x + 1, backend="eager")
-    step(torch.ones(2))
+    torch.compile(step, backend="eager")(torch.ones(2))
     ctypes.string_at(0)
 
 def test_after():
     pass
 """
-COMPILING = "it died while compiling a function (backend eager) in thread `MainThread`"
+COMPILING = (
+    "it died while compiling `step (test_suite.py:10)` (backend eager) in thread `MainThread`"
+)
 # Set by the option by design, or the process that ran the test. The option switches CUDA graphs
 # on for every test today, where xdist's in-process tests keep the defaults: settings too.
 DIFFERS_BY_RUNNER = ("where", "uses_plugin", "applied_by")  # the option sets the last two
