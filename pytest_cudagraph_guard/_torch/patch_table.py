@@ -114,7 +114,7 @@ _ROWS: Final = (
         "readiness.fx_tracing_check",
         "torch.fx._symbolic_trace",
         "is_fx_symbolic_tracing",
-        "2.1+",
+        "2.9+ (before, dynamo consults is_fx_tracing, which is not replaced)",
         _TLS_INIT,
         "torch.fx's tracing flag is process-wide: while one thread traces, dynamo would reject "
         "a compiled call in any other thread; the check is made true only inside this thread's "
