@@ -25,8 +25,7 @@ def name_from_traces(traces: Iterable[Any] | None) -> str | None:
         if frames:
             where, _, name = frames[-1].rpartition(", in ")
             file_part, _, line_part = where.partition(", line ")
-            file_name = file_part.removeprefix("File ").strip('"').replace("\\", "/")
-            return f"{name} ({file_name.rsplit('/', 1)[-1]}:{line_part})"
+            return _as_user_knows_it(name, file_part.removeprefix("File ").strip('"'), line_part)
     return None
 
 
@@ -46,5 +45,11 @@ def compiled_function(output_graph: Any) -> str | None:
     fields = getattr(output_graph, "co_fields", None)
     if not isinstance(fields, dict) or not fields.get("co_name"):
         return None
-    file_name = str(fields.get("co_filename") or "?").replace("\\", "/").rsplit("/", 1)[-1]
-    return f"{fields['co_name']} ({file_name}:{fields.get('co_firstlineno', '?')})"
+    file_path, line = fields.get("co_filename") or "?", fields.get("co_firstlineno", "?")
+    return _as_user_knows_it(fields["co_name"], str(file_path), line)
+
+
+def _as_user_knows_it(name: str, file_path: str, line: object) -> str:
+    """``step (model.py:12)``: the function, its file's name and the line."""
+    file_name = file_path.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{name} ({file_name}:{line})"

@@ -39,7 +39,7 @@ from .patch_table import PATCHES
 from .patches import Patches, owner_class
 from .runtime import release_tuple
 from .thread_names import started_outside_python, thread_label
-from .tree_events import patch_tree_events, recording_function, running_function
+from .tree_events import patch_tree_events, running_function
 from .trees import CUDAGRAPH_TREES
 
 INDUCTOR_BACKEND: Final = "inductor"
@@ -131,9 +131,7 @@ def _options_of(config_patches: object) -> dict[str, CompileOption]:
 
 
 def _observed_compile_fx(compile_fx: Any) -> Any:
-    loss = PATCHES["observe.compile_fx"].loss
-
-    compiling = _STATE.compiling
+    loss, compiling = PATCHES["observe.compile_fx"].loss, _STATE.compiling
 
     def observe(kwargs: dict[str, object]) -> None:
         options = _options_of(kwargs.get("config_patches"))
@@ -160,8 +158,7 @@ def _observed_user_compiler(call_user_compiler: Any) -> Any:
     """Dynamo's call of the backend, with the function it compiles; inductor's compiles are seen
     (with their options) in ``compile_fx``, inside this call."""
 
-    loss = PATCHES["observe.backend"].loss
-    compiling = _STATE.compiling
+    loss, compiling = PATCHES["observe.backend"].loss, _STATE.compiling
 
     def observe(output_graph: Any) -> None:
         function = compiled_function(output_graph)
@@ -172,11 +169,12 @@ def _observed_user_compiler(call_user_compiler: Any) -> Any:
 
     @functools.wraps(call_user_compiler)
     def call_user_compiler_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outer = getattr(compiling, "function", None)  # a compile that started inside another
         run_ours(loss, observe, self)
         try:
             return call_user_compiler(self, *args, **kwargs)
         finally:
-            compiling.function = None
+            compiling.function = outer
 
     return call_user_compiler_observed
 
@@ -300,7 +298,7 @@ def _observed_capture_end(capture_end: Any) -> Any:
 
     def observe() -> None:
         if not getattr(in_init, "active", False):
-            emit(Recorded(thread_label(), _settings_moment(), recording_function()))
+            emit(Recorded(thread_label(), _settings_moment(), running_function()))
 
     @functools.wraps(capture_end)
     def capture_end_observed(*args: Any, **kwargs: Any) -> Any:

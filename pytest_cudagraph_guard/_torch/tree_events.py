@@ -66,11 +66,6 @@ _MODELS_BY_ID: Final[dict[int, int]] = {}
 _NODE_NAMES: Final[weakref.WeakKeyDictionary[Any, str]] = weakref.WeakKeyDictionary()
 
 
-def recording_function() -> str | None:
-    """The function whose graph the calling thread records now, where a tree manager records."""
-    return _HERE.recording
-
-
 def running_function() -> str | None:
     """The function whose graph the calling thread records or replays now, where a tree manager
     runs it (a tree records, then replays the graph it recorded)."""

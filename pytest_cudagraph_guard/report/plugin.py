@@ -188,7 +188,7 @@ class ReportPlugin:
             leaks=item.stash.get(leaks_key, None),
             settings_at_end=shown.at_end,
             settings_varied=shown.varied,
-            uses_plugin=self.session.options.on or _uses_plugin(item),
+            uses_plugin=_uses_plugin(item, cudagraphs_on=self.session.options.on),
             applied_by=item.stash.get(applied_by_key, None),
         )
 
@@ -228,8 +228,9 @@ def _fail_teardown(report: pytest.TestReport, text: str) -> None:
         report.sections.append(("cudagraph-fail-on", text))
 
 
-def _uses_plugin(item: pytest.Item) -> bool:
-    """A fixture or marker of the plugin (a suite option's marker included: it adds them)."""
-    return bool(PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ()))) or any(
-        item.get_closest_marker(name) is not None for name in PLUGIN_MARKERS
-    )
+def _uses_plugin(item: pytest.Item, *, cudagraphs_on: bool) -> bool:
+    """A fixture or marker of the plugin (a suite option's marker included: it adds them), or
+    ``--cudagraph-on``, which switches CUDA graphs on for every test."""
+    if cudagraphs_on or PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    return any(item.get_closest_marker(name) is not None for name in PLUGIN_MARKERS)
