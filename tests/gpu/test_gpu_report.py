@@ -73,8 +73,20 @@ def test_a_drafter_thread_compiling_without_the_main_threads_settings(
 ) -> None:
     gpu_tester.makepyfile(
         """
+        import os
         import threading
+        import time
         import torch
+
+        def join_until_gone(thread):
+            # join() returns once the thread's Python state is gone; the OS thread then still
+            # runs its C++ thread-local destructors (torch's), which must not overlap the rest
+            # of the test: wait until the kernel no longer lists the thread.
+            thread.join()
+            task = f"/proc/self/task/{thread.native_id}"
+            deadline = time.monotonic() + 30
+            while os.path.exists(task) and time.monotonic() < deadline:
+                time.sleep(0.001)
 
         def test_drafter(cudagraphs):
             def drafter():
@@ -85,7 +97,7 @@ def test_a_drafter_thread_compiling_without_the_main_threads_settings(
                 torch.cuda.synchronize()
             thread = threading.Thread(target=drafter, name="drafter-0")
             thread.start()
-            thread.join()
+            join_until_gone(thread)
         """
     )
     result = gpu_tester.runpytest_subprocess(
