@@ -87,8 +87,18 @@ class LeakGuard:
 
     @ours(_CHECKING)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Takes the baseline once collection (and module-level code) is done."""
+        """Takes the baseline once collection (and module-level code) is done; one taken
+        earlier stands where nothing changed since."""
+        self._safely(self._baseline_after_collection)
+
+    def take_baseline_early(self) -> None:
+        """The baseline, taken before collection: a spare test process's, while it waits for
+        its test, so that the test does not wait for it."""
         self._safely(self._rebaseline)
+
+    def _baseline_after_collection(self) -> None:
+        if self._quick is None or not self._quick.unchanged():
+            self._rebaseline()
 
     @pytest.hookimpl(wrapper=True)
     @ours(_CHECKING)

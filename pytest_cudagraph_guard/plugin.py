@@ -106,6 +106,7 @@ def _start_leak_guard(session: PluginSession) -> None:
     session.config.pluginmanager.register(guard, plugin_names.LEAK_GUARD)
     session.config.add_cleanup(guard.close)
     session.take_in = guard.take_in
+    session.take_baseline_early = guard.take_baseline_early
 
 
 def _start_report(session: PluginSession) -> None:

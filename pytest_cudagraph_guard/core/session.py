@@ -29,6 +29,8 @@ class PluginSession:
         self.options = options
         # The leak guard's ``take_in``; None where the guard is off.
         self.take_in: TakeIn | None = None
+        # The leak guard's ``take_baseline_early``; None where the guard is off.
+        self.take_baseline_early: Callable[[], None] | None = None
         # Whether this process keeps the tests' records (a report or ``--cudagraph-fail-on``).
         self.recording = recording
         self._settings_keys: list[str] | None = None

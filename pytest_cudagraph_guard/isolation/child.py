@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import faulthandler
 import functools
+import gc
 import json
 import os
 import signal
@@ -210,6 +211,7 @@ class SubprocessChild:
         assert self.assignments is not None
         if self.request["init_cuda"]:
             initialise_cuda()  # with the test's environment and the session's conftests in effect
+        self._ready_before_the_test()
         with os.fdopen(self.assignments, encoding="utf-8") as assignments:
             line = assignments.readline().strip()
         if not line:
@@ -217,6 +219,16 @@ class SubprocessChild:
         self.request_path = Path(line)
         test_request = load_request(self.request_path)
         self.request.update({**test_request, "basetemp": self.request["basetemp"]})
+
+    def _ready_before_the_test(self) -> None:
+        """What a spare can do before its test comes: the leak guard's baseline (kept where
+        collection changes nothing), and a collection of the set-up's garbage, whose survivors
+        go to the collector's permanent generation, as the zygote's preloads do."""
+        session = plugin_session(self.config)
+        if session is not None and session.take_baseline_early is not None:
+            session.take_baseline_early()
+        gc.collect()
+        gc.freeze()
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_NARROWING)

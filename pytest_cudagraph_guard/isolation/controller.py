@@ -33,7 +33,7 @@ from ..core.settings import cudagraph_switches
 from ..core.warnings import CudagraphGuardWarning
 from .expected import expected_death
 from .pool import ChildExit, SubprocessRunner
-from .preloads import installed_plugin_modules, modules_for_a_zygote
+from .preloads import session_modules
 from .protocol import (
     JOURNAL_NAME,
     RESULTS_NAME,
@@ -160,9 +160,7 @@ def child_request(
         "switches": options.switches,
         "set_up_next": set_up_next,
         # What the zygote may load while this test's process starts, for the next ones.
-        "session_modules": modules_for_a_zygote(
-            sys.modules.copy(), installed_plugin_modules(item.config)
-        ),
+        "session_modules": session_modules(item.config),
         "results": str(folder / RESULTS_NAME),
         "basetemp": str(folder / "tmp"),
         "cuda_ahead": session.cuda_ahead,

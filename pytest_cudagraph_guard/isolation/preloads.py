@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
+import pytest
+
 from .cuda import CudaUse
 from .protocol import NEEDED_MODULES_NAME, ModuleLists
 
@@ -44,6 +46,21 @@ def installed_plugin_modules(config: Any) -> set[str]:
     }
 
 
+_session_modules_key: Final = pytest.StashKey[tuple[int, ModuleLists]]()
+
+
+def session_modules(config: pytest.Config) -> ModuleLists:
+    """What the zygote may load of this process's modules and ``config``'s plugins, for every
+    test's request: made again only when the number of loaded modules changed (a list that
+    missed a swap of modules only loads less ahead)."""
+    count = len(sys.modules)
+    made = config.stash.get(_session_modules_key, None)
+    if made is None or made[0] != count:
+        made = (count, modules_for_a_zygote(list(sys.modules), installed_plugin_modules(config)))
+        config.stash[_session_modules_key] = made
+    return made[1]
+
+
 def modules_for_a_zygote(names: Iterable[str], plugins: Iterable[str]) -> ModuleLists:
     """Of the modules ``names``, those a zygote may load for its next test process: the trusted
     ones, and those of the installed ``plugins``, which it tries in a fork first."""
@@ -61,7 +78,7 @@ def note_needed_modules(
     its use of CUDA: what it imported that the next test process will need, and whether spares
     should set up CUDA. Tests that compile need dynamo, so the zygote loads it before the next
     fork; trivial tests do not, and do not wait for it."""
-    needed = modules_for_a_zygote(set(sys.modules.copy()).difference(present), plugins)
+    needed = modules_for_a_zygote(set(sys.modules).difference(present), plugins)
     (folder / NEEDED_MODULES_NAME).write_text(json.dumps({**needed, "cuda": cuda}))
 
 

@@ -212,3 +212,37 @@ def test_2():
             "*in test_2*",
         ]
     )
+
+
+def test_a_spare_guards_from_the_state_its_test_module_left(
+    spares_tester: pytest.Pytester,
+) -> None:
+    """A spare takes the leak guard's baseline while it waits; a module that changes the config
+    as it is imported then moves that baseline (no leak), and a test that changes it leaks."""
+    spares_tester.makepyfile(
+        test_a=READ_LOG + FIRST_TEST_WAITS,
+        test_b=READ_LOG
+        + """
+import torch._inductor.config as inductor
+
+inductor.triton.cudagraph_dynamic_shape_warn_limit = 3
+
+@pytest.mark.cudagraph_subprocess
+def test_2():
+    assert os.getpid() == int(open("ahead").read())
+    assert inductor.triton.cudagraph_dynamic_shape_warn_limit == 3
+""",
+        test_c="""
+import pytest
+import torch._inductor.config as inductor
+
+@pytest.mark.cudagraph_subprocess
+def test_3():
+    inductor.triton.cudagraph_dynamic_shape_warn_limit = 5
+""",
+    )
+    # In a process of its own: the session imports test_b, which changes the config.
+    result = spares_tester.runpytest_subprocess("-p", "no:randomly")
+    result.assert_outcomes(passed=3, warnings=1)
+    result.stdout.fnmatch_lines(["*test_c.py::test_3 leaked 1 config*"])
+    result.stdout.no_fnmatch_line("*test_b.py::test_2 leaked*")
