@@ -222,13 +222,13 @@ class SubprocessChild:
 
     def _ready_before_the_test(self) -> None:
         """What a spare can do before its test comes: the leak guard's baseline (kept where
-        collection changes nothing), and a collection of the set-up's garbage, whose survivors
-        go to the collector's permanent generation, as the zygote's preloads do."""
+        collection changes nothing), and a collection of the set-up's garbage. Not gc.freeze():
+        the set-up's objects, the conftests' among them, must stay collectable, as they are in
+        a test process that was not set up ahead."""
         session = plugin_session(self.config)
         if session is not None and session.take_baseline_early is not None:
             session.take_baseline_early()
         gc.collect()
-        gc.freeze()
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_NARROWING)

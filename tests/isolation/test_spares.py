@@ -220,7 +220,14 @@ def test_a_spare_guards_from_the_state_its_test_module_left(
     """A spare takes the leak guard's baseline while it waits; a module that changes the config
     as it is imported then moves that baseline (no leak), and a test that changes it leaks."""
     spares_tester.makepyfile(
-        test_a=READ_LOG + FIRST_TEST_WAITS,
+        test_a=READ_LOG
+        + """
+@pytest.mark.cudagraph_subprocess
+def test_1():
+    with open("pid_of_1", "w") as file:
+        file.write(str(os.getpid()))
+    set_up_ahead()
+""",
         test_b=READ_LOG
         + """
 import torch._inductor.config as inductor
@@ -231,13 +238,23 @@ inductor.triton.cudagraph_dynamic_shape_warn_limit = 3
 def test_2():
     assert os.getpid() == int(open("ahead").read())
     assert inductor.triton.cudagraph_dynamic_shape_warn_limit == 3
+    known = {next(iter(set_up())), int(open("pid_of_1").read()), os.getpid()}
+    deadline = time.monotonic() + 60
+    while not (others := set(set_up()) - known):  # the process set up ahead for test_3
+        assert time.monotonic() < deadline, "no process was set up ahead"
+        time.sleep(0.05)
+    [other] = others
+    with open("ahead_of_3", "w") as file:
+        file.write(str(other))
 """,
         test_c="""
+import os
 import pytest
 import torch._inductor.config as inductor
 
 @pytest.mark.cudagraph_subprocess
 def test_3():
+    assert os.getpid() == int(open("ahead_of_3").read())
     inductor.triton.cudagraph_dynamic_shape_warn_limit = 5
 """,
     )
