@@ -34,6 +34,7 @@ from ..core.outcomes import is_skip_or_xfail
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import SettingsReader, cudagraph_switches
 from ..core.thread_facts import ThreadRunFacts
+from .exits import wait_until_exited
 from .failures import raise_failures
 from .launch import Placement, barrier
 
@@ -52,6 +53,9 @@ SETTINGS_LOSS: Final = _torch.Loss(
 RELEASE_LOSS: Final = _torch.Loss(THREAD_MARKER, "each thread's CUDAGraph Trees state freed")
 READINESS_LOSS: Final = _torch.Loss(THREAD_MARKER, "what tls='init' adds to torch undone")
 RESTORE_LOSS: Final = _torch.Loss(THREAD_MARKER, "config that the threads set restored")
+EXIT_LOSS: Final = _torch.Loss(
+    THREAD_MARKER, "the test goes on once its threads' OS threads have ended, not before"
+)
 PLUGIN_FAILURE: Final = (
     "This is a failure of pytest-cudagraph-guard, not of the test; please report it with "
     "this traceback:"
@@ -200,6 +204,7 @@ class ThreadRun:
             for thread in threads:  # no thread but a stuck one outlives the test
                 if thread not in stuck:
                     thread.join(RELEASE_GRACE_S)
+        run_ours(EXIT_LOSS, wait_until_exited, threads)
         return stuck
 
     def _start_threads(self, context: contextvars.Context) -> list[threading.Thread]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -469,6 +471,8 @@ def peak_captures(monkeypatch):
 FX_RACE_SUITE = """
 import threading
 import time
+import sys
+
 import pytest
 import torch
 import torch.fx
@@ -651,6 +655,39 @@ def test_each_threads_cudagraph_trees_state_is_released_at_its_end(
 
         def test_released():
             assert HELD == [{{}}, {{}}]
+        """
+    )
+    ourtester.runpytest().assert_outcomes(passed=2)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's thread list")
+def test_the_test_goes_on_once_its_threads_have_ended_in_the_os(
+    ourtester: pytest.Pytester,
+) -> None:
+    """A thread-local destructor of C (as torch's C++ ones) runs after ``join()`` returns: the
+    marked test is over only when it has run and the OS thread is gone."""
+    ourtester.makepyfile(
+        """
+        import ctypes
+        import os
+        import threading
+        import pytest
+
+        LIBC = ctypes.CDLL(None)
+        LINGER_US = 300_000
+        TIDS = []
+
+        @pytest.mark.cudagraph_thread(threads=2)
+        def test_threads_with_a_slow_thread_local_destructor():
+            key = ctypes.c_uint()
+            usleep = ctypes.cast(LIBC.usleep, ctypes.c_void_p)
+            assert LIBC.pthread_key_create(ctypes.byref(key), usleep) == 0
+            assert LIBC.pthread_setspecific(key, ctypes.c_void_p(LINGER_US)) == 0
+            TIDS.append(threading.get_native_id())
+
+        def test_their_os_threads_are_gone():
+            assert len(TIDS) == 2
+            assert [t for t in TIDS if os.path.exists(f"/proc/self/task/{t}")] == []
         """
     )
     ourtester.runpytest().assert_outcomes(passed=2)
