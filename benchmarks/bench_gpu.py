@@ -90,6 +90,13 @@ GPU_RUNS = {
 }
 
 
+REPORT_KEY = "cudagraph_report"
+NOT_LOADED = (
+    "bench.py --gpu: pytest does not load pytest-cudagraph-guard here; install it "
+    "(pip install -e .) or set PYTEST_ADDOPTS='-p pytest_cudagraph_guard.plugin'"
+)
+
+
 def write_gpu_module(root: Path, tests: int, marked: bool) -> None:
     root.mkdir(parents=True, exist_ok=True)
     (root / "pytest.ini").write_text("[pytest]\n")
@@ -136,6 +143,8 @@ def measure_gpu(
         marked, unmarked = Path(tmp) / "marked", Path(tmp) / "unmarked"
         write_gpu_module(marked, tests, marked=True)
         write_gpu_module(unmarked, tests, marked=False)
+        if not plugin_has_ini_key(marked, REPORT_KEY):  # else the marked suite runs in-process
+            raise SystemExit(NOT_LOADED)
         for name in runs or list(GPU_RUNS):
             run = GPU_RUNS[name]
             result[name] = _measure_run(
