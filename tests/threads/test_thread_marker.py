@@ -471,8 +471,6 @@ def peak_captures(monkeypatch):
 FX_RACE_SUITE = """
 import threading
 import time
-import sys
-
 import pytest
 import torch
 import torch.fx
