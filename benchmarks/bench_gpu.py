@@ -10,11 +10,17 @@ run, is what a fresh CUDA process costs at the driver's pace.
 - ``serial``: the marked suite's extra cost per test, (marked - unmarked) / tests, over the
   floor per child; goal <= 1.15. Also over the test's own first run in a fresh process whose
   context exists (``first_run_floor``): a serial suite cannot overlap one test's kernel loading
-  with the next one's, so that is what bounds it there.
+  with the next one's, so that is what bounds it there. And the marked suite over its floor
+  (``lanes_floor``, 1 lane with 2 processes set up ahead, as the spares serially).
 - ``n4``: marked / unmarked under ``-n 4``, the driver's default (a reference).
 - ``n4-one-queue``: the same with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` set in the test processes
   only (ini ``cudagraph_process_env``; where the plugin has no such key, in the marked run's
-  whole environment), against the unmarked suite in-process; goal <= 1.5.
+  whole environment), against the unmarked suite in-process; goal <= 1.5. Beside it, in the
+  same rounds, its floor (``lanes_floor``): the same tests, each in a fresh process forked from
+  one that imported torch, 4 at a time, the next of each lane set up ahead with its context (as
+  a spare is), with no pytest at all. The floor over the in-process
+  suite is the least ratio any isolation could reach; the marked suite over the floor is what
+  the plugin and pytest add.
 - ``n4-one-queue-spares2``, ``-spares3``: the same with ``cudagraph_spares`` 2 or 3 per worker
   (the automatic count is 1 there): whether more spares per worker pay.
 """
@@ -79,12 +85,14 @@ class GpuRun:
     ratio_target: float | None = None  # on marked / unmarked
     floor_target: float | None = None  # on the extra cost per test over the floor per child
     spares: int | None = None  # ini cudagraph_spares for the marked suite; None: automatic
+    lanes: int | None = None  # measure lanes_floor with this many fresh processes at a time
+    ahead: int = 1  # and this many more per lane set up ahead (the spares the plugin keeps)
 
 
 GPU_RUNS = {
-    "serial": GpuRun(floor_target=1.15),
+    "serial": GpuRun(floor_target=1.15, lanes=1, ahead=2),
     "n4": GpuRun(args=["-n", "4"]),
-    "n4-one-queue": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5),
+    "n4-one-queue": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, lanes=4),
     "n4-one-queue-spares2": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, spares=2),
     "n4-one-queue-spares3": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, spares=3),
 }
@@ -95,6 +103,26 @@ NOT_LOADED = (
     "bench.py --gpu: pytest does not load pytest-cudagraph-guard here; install it "
     "(pip install -e .) or set PYTEST_ADDOPTS='-p pytest_cudagraph_guard.plugin'"
 )
+
+
+def run_the_bench_test() -> None:
+    """The suite's test, once, in this process and without pytest."""
+    namespace: dict[str, object] = {}
+    exec(GPU_MODULE.format(mark="") + GPU_TEST.format(i=0), namespace)
+    test = namespace["test_0"]
+    assert callable(test)
+    test()
+
+
+def lanes_floor(lanes: int, ahead: int, tests: int, environment: dict[str, str]) -> float:
+    """Seconds for ``tests`` fresh CUDA processes, ``lanes`` at a time, each running the suite's
+    test once with ``environment``, no pytest, the next ``ahead`` processes of each lane up with
+    their contexts created while the one before runs: the least a suite of them isolated
+    costs."""
+    import cuda_process_cost
+    import pytest  # noqa: F401  # the test's module imports it: as in a zygote's children, loaded
+
+    return cuda_process_cost.pipelined(lanes, tests, run_the_bench_test, environment, ahead)
 
 
 def write_gpu_module(root: Path, tests: int, marked: bool) -> None:
@@ -174,7 +202,9 @@ def _measure_run(
 ) -> dict[str, object]:
     import cuda_process_cost
 
-    extra_args, variables, how = [], {}, ""
+    extra_args: list[str] = []
+    variables: dict[str, str] = {}
+    how = ""
     if run.one_queue:
         extra_args, variables, how = one_queue_for_the_test_processes(marked)
     if run.spares is not None:
@@ -186,6 +216,9 @@ def _measure_run(
     ]
     if run.floor_target is not None:  # after the pytest runs, whose processes are gone
         sides += [cuda_process_cost.per_child_floor, cuda_process_cost.first_run_floor]
+    if run.lanes is not None:
+        lanes, environment = run.lanes, {ONE_QUEUE_NAME: ONE_QUEUE_VALUE} if run.one_queue else {}
+        sides.append(lambda: lanes_floor(lanes, run.ahead, tests, environment))
     rounds = alternate(sides, pairs)
     times_a, times_b = rounds[0], rounds[1]
     ratio = median_ratio(times_a, times_b)
@@ -222,6 +255,20 @@ def _measure_run(
             f"{goal(over_floor, run.floor_target)}; the test's first run in a fresh process "
             f"whose context exists: {statistics.median(first_runs) * 1e3:.0f} ms; extra per "
             f"test / that {over_first_run:.3f}"
+        )
+    if run.lanes is not None:
+        lanes_seconds = rounds[-1]
+        found |= {
+            "lanes_floor_seconds": [round(t, 3) for t in lanes_seconds],
+            "floor_over_unmarked": round(median_ratio(lanes_seconds, times_b), 4),
+            "marked_over_floor": round(median_ratio(times_a, lanes_seconds), 4),
+        }
+        line += (
+            f"; the floor, each test in a fresh process {run.lanes} at a time ({run.ahead} "
+            f"more a lane set up ahead) with no pytest: "
+            f"{statistics.median(lanes_seconds):.2f} s, over the unmarked suite "
+            f"{found['floor_over_unmarked']:.3f} (the least any isolation reaches); marked / "
+            f"floor {found['marked_over_floor']:.3f}"
         )
     log(line)
     return found

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import signal
 import statistics
 import sys
@@ -130,6 +131,81 @@ def waves(concurrency: int, children: int) -> Wave:
         context=statistics.median(life["context"] for life in lives),
         work=statistics.median(life["work"] for life in lives),
     )
+
+
+def _waiting_child(
+    news: int, work: Callable[[], object], environment: dict[str, str]
+) -> tuple[int, int]:
+    """A child that creates its context, says "ready PID" on ``news``, waits for a byte on its
+    own pipe, runs ``work``, says "done PID" and exits; its pid and that pipe's write end."""
+    go_reader, go_writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:  # whatever happens, the child never returns into the parent's code
+            os.close(go_writer)
+            os.environ.update(environment)
+            _context()
+            os.write(news, f"ready {os.getpid()}\n".encode())
+            os.read(go_reader, 1)
+            work()
+            os.write(news, f"done {os.getpid()}\n".encode())
+        finally:
+            os._exit(0)
+    os.close(go_reader)
+    return pid, go_writer
+
+
+def pipelined(
+    lanes: int,
+    children: int,
+    work: Callable[[], object],
+    environment: dict[str, str] | None = None,
+    ahead: int = 1,
+) -> float:
+    """Seconds for ``children`` children to run ``work`` once each, ``lanes`` at a time, with
+    ``ahead`` more per lane already up and with their contexts created, each waiting for its
+    turn (as a test process set up ahead waits for its test). A lane is free once its child says
+    its work is done, while that child still exits (as a test process's "done"). ``environment``
+    is added to each child's own before it creates its context. This process must not have
+    initialised CUDA."""
+    news_reader, news_writer = os.pipe()  # "ready PID" and "done PID" lines from the children
+    go: dict[int, int] = {}  # pid -> the write end that starts its work, until it is reaped
+    waiting: list[int] = []  # pids whose contexts are created, in order
+    running: set[int] = set()
+    unfinished: set[int] = set()  # forked, and neither done nor reaped
+    started = 0
+    start = time.perf_counter()
+    while started < children or unfinished:
+        while started < children and len(go) < lanes * (1 + ahead):
+            pid, go_writer = _waiting_child(news_writer, work, environment or {})
+            go[pid] = go_writer
+            unfinished.add(pid)
+            started += 1
+        readable, _, _ = select.select([news_reader], [], [], 0.001)
+        if readable:
+            news = os.read(news_reader, 4096).split()
+            for kind, pid in zip(news[::2], map(int, news[1::2]), strict=True):
+                if kind == b"done":
+                    running.discard(pid)
+                    unfinished.discard(pid)
+                elif pid in go:  # not one reaped already
+                    waiting.append(pid)
+        while waiting and len(running) < lanes:
+            pid = waiting.pop(0)
+            os.write(go[pid], b"g")
+            running.add(pid)
+        while go and (ended := os.waitpid(-1, os.WNOHANG)[0]) != 0:
+            os.close(go.pop(ended))
+            running.discard(ended)  # one that died before it said so
+            unfinished.discard(ended)
+            if ended in waiting:
+                waiting.remove(ended)
+    wall = time.perf_counter() - start
+    while go:  # the last children still exiting
+        os.close(go.pop(os.waitpid(-1, 0)[0]))
+    os.close(news_reader)
+    os.close(news_writer)
+    return wall
 
 
 def per_child_floor() -> float:

@@ -30,7 +30,8 @@ from .. import _torch
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Test-only: ``NAME`` or ``NAME:after`` makes the guarded code named NAME (``Guarded.name``)
-# raise ``InjectedFault`` before (or after) its own code runs. Read once per session.
+# raise ``InjectedFault`` before (or after) its own code runs; several, comma-separated, each
+# fail. Read once per session.
 FAULT_VARIABLE: Final = "PYTEST_CUDAGRAPH_GUARD_FAULT"
 BEFORE: Final = "before"
 AFTER: Final = "after"
@@ -78,19 +79,19 @@ class _FaultSwitch:
     """The code that ``PYTEST_CUDAGRAPH_GUARD_FAULT`` makes fail in this session, if any."""
 
     def __init__(self) -> None:
-        self.name: str | None = None
-        self.where = BEFORE
+        self.faults: frozenset[tuple[str, str]] = frozenset()  # (name, where)
 
     def read(self) -> None:
-        name, _, where = os.environ.get(FAULT_VARIABLE, "").partition(":")
-        self.name = name or None
-        self.where = where or BEFORE
+        entries = filter(None, os.environ.get(FAULT_VARIABLE, "").split(","))
+        self.faults = frozenset(
+            (name, where or BEFORE) for name, _, where in (e.partition(":") for e in entries)
+        )
 
     def stop(self) -> None:
-        self.name = None
+        self.faults = frozenset()
 
     def fault(self, guarded: Guarded, where: str) -> InjectedFault | None:
-        if self.name != guarded.name or self.where != where:
+        if (guarded.name, where) not in self.faults:
             return None
         return InjectedFault(f"injected by {FAULT_VARIABLE} {where} {guarded.name}'s own code")
 
@@ -163,7 +164,7 @@ def _guard_call(function: F, guarded: Guarded, starts_session: bool) -> Callable
             _stopped(guarded)
             return None
         try:
-            fault = _SWITCH.fault(guarded, BEFORE) if _SWITCH.name else None
+            fault = _SWITCH.fault(guarded, BEFORE) if _SWITCH.faults else None
             if fault is not None:
                 raise fault
             return function(*args, **kwargs)
@@ -184,7 +185,7 @@ def _guard_generator(function: F, guarded: Guarded) -> Callable[..., Any]:
             _stopped(guarded)
             return (yield)
         try:
-            fault = _SWITCH.fault(guarded, BEFORE) if _SWITCH.name else None
+            fault = _SWITCH.fault(guarded, BEFORE) if _SWITCH.faults else None
             if fault is not None:
                 raise fault
             inner = function(*args, **kwargs)
@@ -226,7 +227,7 @@ def _after_yield(
         if failure is None:
             raise
     else:
-        failure = _SWITCH.fault(guarded, AFTER) if _SWITCH.name else None
+        failure = _SWITCH.fault(guarded, AFTER) if _SWITCH.faults else None
         if failure is None:
             return result
     _failed(guarded, call, failure, raise_now=False)

@@ -127,9 +127,10 @@ SUITE_TESTS = 5
 
 
 class Fault(NamedTuple):
-    """What the inner conftest does to torch, and the tests that this breaks in torch itself
-    (they fail with or without the plugin)."""
+    """What the inner conftest does to torch (``target``: what it changes), and the tests that
+    this breaks in torch itself (they fail with or without the plugin)."""
 
+    target: str
     change: str
     breaks: tuple[str, ...] = ()
     applies: Callable[[], bool] = lambda: True  # whether this torch has the patch point at all
@@ -156,70 +157,93 @@ after_import("torch._inductor.output_code", call_to_base)
 
 FAULTS = {
     "counting.config_module_class": Fault(
-        "import torch._inductor.config as ic\nrefuse_subclasses(type(ic))\n"
+        "_ConfigModule subclasses",
+        "import torch._inductor.config as ic\nrefuse_subclasses(type(ic))\n",
     ),
     "counting.config_entry_class": Fault(
-        "after_import('torch.utils._config_module', lambda m: refuse_subclasses(m._ConfigEntry))\n"
+        "_ConfigEntry subclasses",
+        "after_import('torch.utils._config_module', lambda m: refuse_subclasses(m._ConfigEntry))\n",
     ),
     "trees.get_obj": Fault(  # the marker's threads release their trees through torch's get_obj
+        "cudagraph_trees.get_obj",
         _TREES_AS_BEFORE + "after_import(TREES, delete('', 'get_obj'))\n",
         stops=("each thread's CUDAGraph Trees state freed",),
     ),
     "readiness.lock_manager_init": Fault(
-        _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n"
+        "CUDAGraphTreeManager.__init__",
+        _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n",
     ),
     "readiness.lock_run_eager": Fault(
-        _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', 'run_eager'))\n"
+        "CUDAGraphTreeManager.run_eager",
+        _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', 'run_eager'))\n",
     ),
     "readiness.lock_record_function": Fault(
+        "CUDAGraphTreeManager.record_function",
         _TREES_AS_BEFORE
-        + "after_import(TREES, delete('CUDAGraphTreeManager', 'record_function'))\n"
+        + "after_import(TREES, delete('CUDAGraphTreeManager', 'record_function'))\n",
     ),
     "readiness.fx_tracing_check": Fault(
+        "is_fx_symbolic_tracing",
         "after_import('torch.fx._symbolic_trace', delete('', 'is_fx_symbolic_tracing'))\n",
         breaks=("test_compiles", "test_threads"),
     ),
     "observe.compile_fx": Fault(
+        "compile_fx.compile_fx",
         "after_import('torch._inductor.compile_fx', delete('', 'compile_fx'))\n",
         breaks=("test_compiles",),
     ),
     "observe.cudagraphify": Fault(
-        "after_import('torch._inductor.compile_fx', delete('', 'cudagraphify'))\n"
+        "compile_fx.cudagraphify",
+        "after_import('torch._inductor.compile_fx', delete('', 'cudagraphify'))\n",
     ),
-    "observe.graph_init": Fault(_GRAPH_TO_BASE),
-    "observe.graph_post_compile": Fault(_GRAPH_TO_BASE),
+    "observe.graph_init": Fault("CompiledFxGraph", _GRAPH_TO_BASE),
+    "observe.graph_post_compile": Fault("CompiledFxGraph", _GRAPH_TO_BASE),
     "observe.manager_init": Fault(
-        "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n"
+        "CUDAGraphTreeManager.__init__",
+        "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n",
     ),
     "observe.backend": Fault(
+        "OutputGraph",
         "after_import('torch._dynamo.output_graph', lambda m: setattr(m, 'OutputGraph', "
-        "type('OutputGraph', (m.OutputGraph,), {'__module__': m.OutputGraph.__module__})))\n"
+        "type('OutputGraph', (m.OutputGraph,), {'__module__': m.OutputGraph.__module__})))\n",
     ),
     "observe.manager_run": Fault(
+        "CUDAGraphTreeManager.run",
         "after_import(TREES, delete('CUDAGraphTreeManager', 'run'))\n",
         applies=observe.shares_callables_across_threads,
     ),
-    "observe.capture_end": Fault("delattr(torch.cuda.graphs.CUDAGraph, 'capture_end')\n"),
-    "observe.replay": Fault("delattr(torch.cuda.graphs.CUDAGraph, 'replay')\n"),
-    "observe.graph_call": Fault(_CALL_TO_BASE),
+    "observe.capture_end": Fault(
+        "CUDAGraph.capture_end", "delattr(torch.cuda.graphs.CUDAGraph, 'capture_end')\n"
+    ),
+    "observe.replay": Fault("CUDAGraph.replay", "delattr(torch.cuda.graphs.CUDAGraph, 'replay')\n"),
+    "observe.graph_call": Fault("CompiledFxGraph", _CALL_TO_BASE),
     "tree_events.record_function": Fault(
-        "after_import(TREES, delete('CUDAGraphTreeManager', 'record_function'))\n"
+        "CUDAGraphTreeManager.record_function",
+        "after_import(TREES, delete('CUDAGraphTreeManager', 'record_function'))\n",
     ),
     "tree_events.check_invariants": Fault(
-        "after_import(TREES, delete('CUDAGraphNode', 'check_invariants'))\n"
+        "CUDAGraphNode.check_invariants",
+        "after_import(TREES, delete('CUDAGraphNode', 'check_invariants'))\n",
     ),
-    "tree_events.node_run": Fault("after_import(TREES, delete('CUDAGraphNode', 'run'))\n"),
-    "tree_events.cudagraphify": Fault("after_import(TREES, delete('', 'cudagraphify'))\n"),
+    "tree_events.node_run": Fault(
+        "CUDAGraphNode.run", "after_import(TREES, delete('CUDAGraphNode', 'run'))\n"
+    ),
+    "tree_events.cudagraphify": Fault(
+        "cudagraph_trees.cudagraphify", "after_import(TREES, delete('', 'cudagraphify'))\n"
+    ),
     "tree_events.runtime_skip": Fault(
-        "after_import(TREES, delete('', 'log_cudagraph_skip_and_bump_counter'))\n"
+        "log_cudagraph_skip_and_bump_counter",
+        "after_import(TREES, delete('', 'log_cudagraph_skip_and_bump_counter'))\n",
     ),
     "tree_events.checkpoint": Fault(
+        "apply_checkpoint_execution_state_in_allocator",
         "after_import(TREES, delete('CUDAGraphTreeManager', "
-        "'apply_checkpoint_execution_state_in_allocator'))\n"
+        "'apply_checkpoint_execution_state_in_allocator'))\n",
     ),
     "tree_events.fast_path_warning": Fault(
+        "check_warn_on_unable_to_start_executing",
         "after_import(TREES, delete('CUDAGraphTreeManager', "
-        "'check_warn_on_unable_to_start_executing'))\n"
+        "'check_warn_on_unable_to_start_executing'))\n",
     ),
 }
 
@@ -229,43 +253,88 @@ def _missing_warnings(output: str, row: PatchRow) -> list[str]:
     return [line for line in output.splitlines() if wanted in line]
 
 
-def _assert_the_rest_of_the_report(records: dict[str, Any], row: PatchRow, fault: Fault) -> None:
+def _assert_the_rest_of_the_report(records: dict[str, Any], rows: list[str]) -> None:
     assert {"test_compiles", "test_threads"} <= set(records)
-    if "test_compiles" in fault.breaks:
+    if any("test_compiles" in FAULTS[row].breaks for row in rows):
         return
     compiled = records["test_compiles"]
     assert compiled["settings"]["triton.cudagraphs"]["value"] is True
-    if row.id != "observe.compile_fx":
+    if "observe.compile_fx" not in rows:
         assert len(compiled["activity"]["compiled"]) == 1
-    if row.loss != PATCHES["observe.graph_init"].loss:
+    if all(PATCHES[row].loss != PATCHES["observe.graph_init"].loss for row in rows):
         assert len(compiled["activity"]["skips"]) == 1
 
 
-@pytest.mark.parametrize("row_id", sorted(PATCHES))
+def _alone(row: str) -> bool:
+    """A row without a fault, a fault that breaks a test, or one that makes the trees module
+    look older than it is (which changes what the plugin patches): a session of its own."""
+    fault = FAULTS.get(row)
+    return fault is None or bool(fault.breaks) or fault.change.startswith(_TREES_AS_BEFORE)
+
+
+def _conflict(row: str, other: str) -> bool:
+    """Two faults that cannot share a session: they change the same thing in torch, or the
+    plugin would warn of both in the same words."""
+    return FAULTS[row].target == FAULTS[other].target or PATCHES[row].loss == PATCHES[other].loss
+
+
+def fault_sessions() -> list[list[str]]:
+    """Every row, in as few sessions as their faults allow: each fault in a shared session
+    changes what no other there changes and is warned of in its own words, so each shows what
+    it turns off as it would alone."""
+    sessions: list[list[str]] = []
+    for row in sorted(PATCHES):
+        shared = (
+            rows
+            for rows in sessions
+            if not _alone(row) and not any(_alone(o) or _conflict(row, o) for o in rows)
+        )
+        rows = next(shared, None)
+        if rows is None:
+            sessions.append([row])
+        else:
+            rows.append(row)
+    return sessions
+
+
+@pytest.mark.parametrize(
+    "rows", [pytest.param(rows, id="+".join(rows)) for rows in fault_sessions()]
+)
 def test_a_missing_torch_internal_turns_off_only_its_part(
-    ourtester: pytest.Pytester, forked_sessions: ForkedSessions, row_id: str
+    ourtester: pytest.Pytester, forked_sessions: ForkedSessions, rows: list[str]
 ) -> None:
-    assert row_id in FAULTS, f"add a fault for the new row {row_id} to FAULTS"
-    row, fault = PATCHES[row_id], FAULTS[row_id]
-    if not fault.applies():
-        pytest.skip(f"torch {torch_version()}: {row.attribute} is patched on torch {row.releases}")
-    ourtester.makeconftest(textwrap.dedent(_HELPERS) + fault.change)
+    for row_id in rows:
+        assert row_id in FAULTS, f"add a fault for the new row {row_id} to FAULTS"
+    rows = [row_id for row_id in rows if FAULTS[row_id].applies()]
+    if not rows:
+        pytest.skip(f"torch {torch_version()}: none of these is patched on this torch")
+    faults = [FAULTS[row_id] for row_id in rows]
+    ourtester.makeconftest(textwrap.dedent(_HELPERS) + "".join(f.change for f in faults))
     ourtester.makepyfile(test_suite=_SUITE)
     result = forked_sessions.run(
         ourtester, "-p", "no:cacheprovider", "-rA", "--cudagraph-report=json:r.json"
     )
     output = result.stdout.str()
-    result.assert_outcomes(
-        passed=SUITE_TESTS - len(fault.breaks), failed=len(fault.breaks), warnings=None
-    )
-    for name in fault.breaks:
+    breaks = sorted({name for fault in faults for name in fault.breaks})
+    result.assert_outcomes(passed=SUITE_TESTS - len(breaks), failed=len(breaks), warnings=None)
+    for name in breaks:
         result.stdout.fnmatch_lines([f"FAILED test_suite.py::{name}*"])
-    assert len(_missing_warnings(output, row)) == 1, output
-    assert output.count("internal error") == len(fault.stops), output
-    for loses in fault.stops:
+    for row_id in rows:
+        assert len(_missing_warnings(output, PATCHES[row_id])) == 1, f"{row_id}:\n{output}"
+    stops = [loses for fault in faults for loses in fault.stops]
+    assert output.count("internal error") == len(stops), output
+    for loses in stops:
         assert f"turned off for this session: {loses}." in output
     result.stdout.fnmatch_lines(["*CudagraphConfigLeakWarning: test_suite.py::test_leaks leaked*"])
-    _assert_the_rest_of_the_report(records_by_name(ourtester.path / "r.json"), row, fault)
+    _assert_the_rest_of_the_report(records_by_name(ourtester.path / "r.json"), rows)
+
+
+def test_the_fault_sessions_hold_each_row_once_and_no_two_that_conflict() -> None:
+    sessions = fault_sessions()
+    assert sorted(row for rows in sessions for row in rows) == sorted(PATCHES)
+    for rows in sessions:
+        pairs = [(row, other) for row in rows for other in rows if other != row]
+        assert not any(_alone(row) or _conflict(row, other) for row, other in pairs)
 
 
 def test_every_fault_names_a_row() -> None:

@@ -1,14 +1,16 @@
 """Every hook implementation and fixture of the plugin, found by introspection, runs its own code
 under the one guard (``core.ours``): made to fail (``PYTEST_CUDAGRAPH_GUARD_FAULT``) before or
 after its ``yield``, no test's outcome changes, one ``CudagraphGuardWarning`` says so, and a test
-that asked for what the failed code does fails naming the plugin, never passing silently."""
+that asked for what the failed code does fails naming the plugin, never passing silently. Faults
+of different parts of the plugin share a session (each part turns off alone, so each fault fires
+and is warned once), since each session's test process costs a fresh interpreter's torch."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import pkgutil
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -58,13 +60,75 @@ def _guarded() -> list[Guarded]:
     return [g for g in map(guarded_of, hooks_and_fixtures().values()) if g is not None]
 
 
-def _faults(*, under_xdist: bool = False) -> list[Any]:
+class Fault(NamedTuple):
+    """One guarded function made to fail before or after its ``yield``."""
+
+    guarded: Guarded
+    where: str
+
+    @property
+    def spec(self) -> str:
+        """As ``PYTEST_CUDAGRAPH_GUARD_FAULT`` names it."""
+        name = self.guarded.name
+        return name if self.where == BEFORE else f"{name}:{self.where}"
+
+    @property
+    def raised(self) -> str:
+        return f"injected by {FAULT_VARIABLE} {self.where} {self.guarded.name}'s own code"
+
+
+def _faults(*, under_xdist: bool = False) -> list[Fault]:
     return [
-        pytest.param(guarded, where, id=f"{guarded.name}:{where}")
+        Fault(guarded, where)
         for guarded in _guarded()
         if guarded.name.startswith(XDIST_ONLY) == under_xdist
         for where in ((BEFORE, AFTER) if guarded.generator else (BEFORE,))
     ]
+
+
+def _as_params(faults: list[Fault]) -> list[Any]:
+    return [pytest.param(fault, id=f"{fault.guarded.name}:{fault.where}") for fault in faults]
+
+
+# Faults that each need a session of their own: a test process's (its warning may stay there),
+# the notices' (they deliver the others' warnings), the suite options' (they change the suite),
+# the setup checks' (they fail the tests whose part failed), and the two hooks whose failure
+# turns off every part of the plugin.
+ALONE = (
+    "isolation.child.",
+    "notices.",
+    "suite.",
+    "plugin.pytest_runtest_setup",
+    "plugin.pytest_configure",
+    "plugin.pytest_collection_finish",
+)
+
+
+def _part(guarded: Guarded) -> str:
+    """The part of the plugin a failure turns off, or that must run for the code to run at all:
+    the fixtures count as one, since a test that asks for several stops at the first that
+    fails; the crash journal is written for tests in processes of their own only."""
+    if guarded.name.startswith("fixtures."):
+        return "fixtures"
+    if guarded.name.startswith("report.crash_journal."):
+        return "cudagraph_subprocess"
+    return guarded.loss.feature
+
+
+def fault_sessions() -> list[tuple[Fault, ...]]:
+    """Every fault, in sessions that share no part of the plugin: in one session each fault
+    turns off its own part only, so each fires and is warned once."""
+    faults = _faults()
+    sessions = [(fault,) for fault in faults if fault.guarded.name.startswith(ALONE)]
+    by_part: dict[str, list[Fault]] = {}
+    for fault in faults:
+        if not fault.guarded.name.startswith(ALONE):
+            by_part.setdefault(_part(fault.guarded), []).append(fault)
+    rounds = max(map(len, by_part.values()))
+    sessions += [
+        tuple(part[i] for part in by_part.values() if i < len(part)) for i in range(rounds)
+    ]
+    return sessions
 
 
 def test_every_hook_and_fixture_is_guarded_under_its_own_name() -> None:
@@ -162,17 +226,20 @@ def _suite_args(guarded: Guarded) -> tuple[str, ...]:
     return ("--cudagraph-threads=1",) if guarded.name.startswith("suite.") else ()
 
 
-@pytest.mark.parametrize(("guarded", "where"), _faults())
+@pytest.mark.parametrize(
+    "faults",
+    [pytest.param(faults, id="+".join(f.spec for f in faults)) for faults in fault_sessions()],
+)
 @pytest.mark.usefixtures("inductor_config")  # where the inner leak guard is off, ours restores
 def test_a_failure_of_our_code_never_changes_an_outcome(
-    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, guarded: Guarded, where: str
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, faults: tuple[Fault, ...]
 ) -> None:
-    fault = guarded.name if where == BEFORE else f"{guarded.name}:{where}"
-    suite_args = _suite_args(guarded)
-    result, outcomes = _run_suite(ourtester, monkeypatch, fault, *suite_args)
+    suite_args = tuple(dict.fromkeys(arg for f in faults for arg in _suite_args(f.guarded)))
+    spec = ",".join(fault.spec for fault in faults)
+    result, outcomes = _run_suite(ourtester, monkeypatch, spec, *suite_args)
     output = result.stdout.str()
     assert len(outcomes) == TESTS, output
-    in_a_test_process = guarded.name.startswith("isolation.child.")
+    in_a_test_process = faults[0].guarded.name.startswith("isolation.child.")
     for name, (outcome, text) in outcomes.items():
         if outcome == "passed":
             continue
@@ -182,10 +249,25 @@ def test_a_failure_of_our_code_never_changes_an_outcome(
             named = named or "PluginFailure: cudagraph_guard: " in text
         assert named, f"{name} {outcome} without naming the plugin:\n{output}"
     warnings = output.count(WARNING)
-    assert warnings <= 1 if in_a_test_process else warnings == 1, output
+    if in_a_test_process:
+        assert warnings <= 1, output
+    else:
+        assert warnings == len(faults), output
+        for fault in faults:
+            assert fault.raised in output, f"{fault.spec} never failed:\n{output}"
     if (ourtester.path / "r.json").exists():
         records = read_report(ourtester.path / "r.json")["tests"]
         assert {r["nodeid"].split("::")[-1] for r in records} <= set(outcomes)
+
+
+def test_the_fault_sessions_make_each_fault_once_and_share_no_part() -> None:
+    sessions = fault_sessions()
+    made = [fault for faults in sessions for fault in faults]
+    assert sorted(made) == sorted(_faults())
+    assert len(made) == len(set(made))
+    for faults in sessions:
+        parts = [_part(fault.guarded) for fault in faults]
+        assert len(faults) == 1 or len(parts) == len(set(parts))
 
 
 def test_without_a_fault_every_test_passes_where_it_asked_to_run(
@@ -214,15 +296,13 @@ def test_after():
 """
 
 
-@pytest.mark.parametrize(("guarded", "where"), _faults(under_xdist=True))
+@pytest.mark.parametrize("fault", _as_params(_faults(under_xdist=True)))
 def test_a_failure_of_our_code_in_an_xdist_hook_never_changes_an_outcome(
-    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, guarded: Guarded, where: str
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fault: Fault
 ) -> None:
     """A worker's crash and the tests around it end as they do without the fault."""
     ourtester.makepyfile(test_crash=XDIST_SUITE)
-    monkeypatch.setenv(
-        FAULT_VARIABLE, guarded.name if where == BEFORE else f"{guarded.name}:{where}"
-    )
+    monkeypatch.setenv(FAULT_VARIABLE, fault.spec)
     result = ourtester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-n", "1", "--cudagraph-report=json:r.json"
     )

@@ -340,39 +340,31 @@ def test_xfailed():
     assert len(summary("plain.json")) == 6
 
 
-@pytest.mark.parametrize(
-    ("arguments", "message"),
-    [
-        ("timeout=0", "argument 'timeout' must be a positive number, got 0"),
-        ("timeout=-1.5", "argument 'timeout' must be a positive number, got -1.5"),
-        ("timeout='5'", "argument 'timeout' must be a positive number, got '5'"),
-        ("env={'A': 1}", "argument 'env' must be a str->str mapping*got the item 'A': 1"),
-        ("env=['A']", "argument 'env' must be a str->str mapping, got [[]'A'[]]"),
-        ("trees='no'", "argument 'trees' must be True or False, got 'no'"),
-        ("colour=1", "unknown argument 'colour' (known: timeout, trees, env, require_cuda)"),
-        ("600", "takes keyword arguments only, got 600: pass it by keyword, e.g. timeout=600"),
-    ],
-)
-def test_bad_marker_arguments_error_that_test_at_setup(
-    ourtester: pytest.Pytester, arguments: str, message: str
-) -> None:
-    ourtester.makepyfile(
-        test_bad=f"""
-        import pytest
+BAD_ARGUMENTS = [
+    ("timeout=0", "argument 'timeout' must be a positive number, got 0"),
+    ("timeout=-1.5", "argument 'timeout' must be a positive number, got -1.5"),
+    ("timeout='5'", "argument 'timeout' must be a positive number, got '5'"),
+    ("env={'A': 1}", "argument 'env' must be a str->str mapping*got the item 'A': 1"),
+    ("env=['A']", "argument 'env' must be a str->str mapping, got [[]'A'[]]"),
+    ("trees='no'", "argument 'trees' must be True or False, got 'no'"),
+    ("colour=1", "unknown argument 'colour' (known: timeout, trees, env, require_cuda)"),
+    ("600", "takes keyword arguments only, got 600: pass it by keyword, e.g. timeout=600"),
+]
 
-        @pytest.mark.cudagraph_subprocess({arguments})
-        def test_marked():
-            pass
 
-        def test_beside_it():
-            pass
-        """
+def test_bad_marker_arguments_error_that_test_at_setup(ourtester: pytest.Pytester) -> None:
+    """Each bad argument its own test, all in one session (one zygote for them all)."""
+    marked = "".join(
+        f"@pytest.mark.cudagraph_subprocess({arguments})\ndef test_marked_{i}():\n    pass\n\n"
+        for i, (arguments, _) in enumerate(BAD_ARGUMENTS)
     )
+    ourtester.makepyfile(test_bad=f"import pytest\n\n{marked}def test_beside_it():\n    pass\n")
     result = ourtester.runpytest()
-    result.assert_outcomes(errors=1, passed=1)
-    result.stdout.fnmatch_lines(
-        [f"*test_bad.py::test_marked: @pytest.mark.cudagraph_subprocess: {message}*"]
-    )
+    result.assert_outcomes(errors=len(BAD_ARGUMENTS), passed=1)
+    for i, (_, message) in enumerate(BAD_ARGUMENTS):
+        result.stdout.fnmatch_lines(
+            [f"*test_bad.py::test_marked_{i}: @pytest.mark.cudagraph_subprocess: {message}*"]
+        )
 
 
 def test_the_marker_is_documented(ourtester: pytest.Pytester) -> None:
