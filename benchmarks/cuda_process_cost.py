@@ -19,6 +19,7 @@ Forks children of this process, which imports torch and never initialises CUDA (
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -27,6 +28,7 @@ import signal
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -134,25 +136,78 @@ def waves(concurrency: int, children: int) -> Wave:
 
 
 def _waiting_child(
-    news: int, work: Callable[[], object], environment: dict[str, str]
+    news: int, work: Callable[[], object], environment: dict[str, str], siblings: list[int]
 ) -> tuple[int, int]:
     """A child that creates its context, says "ready PID" on ``news``, waits for a byte on its
-    own pipe, runs ``work``, says "done PID" and exits; its pid and that pipe's write end."""
+    own pipe, runs ``work``, says "done PID" and exits (1 where anything failed, its traceback
+    on stderr); its pid and that pipe's write end. ``siblings``: the other children's write
+    ends, closed in the child."""
     go_reader, go_writer = os.pipe()
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:  # whatever happens, the child never returns into the parent's code
-            os.close(go_writer)
+            for fd in [go_writer, *siblings]:
+                os.close(fd)
             os.environ.update(environment)
             _context()
             os.write(news, f"ready {os.getpid()}\n".encode())
             os.read(go_reader, 1)
             work()
             os.write(news, f"done {os.getpid()}\n".encode())
+            code = 0
+        except BaseException:
+            traceback.print_exc()
         finally:
-            os._exit(0)
+            os._exit(code)
     os.close(go_reader)
     return pid, go_writer
+
+
+class _Lanes:
+    """The children of :func:`pipelined` and what each has said."""
+
+    def __init__(self) -> None:
+        self.go: dict[int, int] = {}  # pid -> the write end that starts its work, until reaped
+        self.waiting: list[int] = []  # pids whose contexts are created, in order
+        self.running: set[int] = set()
+        self.unfinished: set[int] = set()  # forked, and neither done nor reaped
+        self.failed: list[int] = []  # exit codes other than 0
+
+    def read(self, news: bytes) -> None:
+        words = news.split()
+        for kind, pid in zip(words[::2], map(int, words[1::2]), strict=True):
+            if kind == b"done":
+                self.running.discard(pid)
+                self.unfinished.discard(pid)
+            elif pid in self.go:  # not one reaped already
+                self.waiting.append(pid)
+
+    def reap(self, pid: int, status: int) -> None:
+        os.close(self.go.pop(pid))
+        self.running.discard(pid)  # one that died before it said so
+        self.unfinished.discard(pid)
+        if pid in self.waiting:
+            self.waiting.remove(pid)
+        if os.waitstatus_to_exitcode(status) != 0:
+            self.failed.append(os.waitstatus_to_exitcode(status))
+
+    def reap_ended(self) -> None:
+        for pid in list(self.go):
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended:
+                self.reap(pid, status)
+
+    def wait_all(self) -> None:
+        for pid in list(self.go):
+            self.reap(pid, os.waitpid(pid, 0)[1])
+
+    def end(self) -> None:
+        """Every child still up is killed (none is, after a run that went well) and reaped."""
+        for pid in list(self.go):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self.reap(pid, os.waitpid(pid, 0)[1])
 
 
 def pipelined(
@@ -167,44 +222,34 @@ def pipelined(
     turn (as a test process set up ahead waits for its test). A lane is free once its child says
     its work is done, while that child still exits (as a test process's "done"). ``environment``
     is added to each child's own before it creates its context. This process must not have
-    initialised CUDA."""
+    initialised CUDA. Raises ``RuntimeError`` where a child failed."""
     news_reader, news_writer = os.pipe()  # "ready PID" and "done PID" lines from the children
-    go: dict[int, int] = {}  # pid -> the write end that starts its work, until it is reaped
-    waiting: list[int] = []  # pids whose contexts are created, in order
-    running: set[int] = set()
-    unfinished: set[int] = set()  # forked, and neither done nor reaped
+    children_of = _Lanes()
     started = 0
     start = time.perf_counter()
-    while started < children or unfinished:
-        while started < children and len(go) < lanes * (1 + ahead):
-            pid, go_writer = _waiting_child(news_writer, work, environment or {})
-            go[pid] = go_writer
-            unfinished.add(pid)
-            started += 1
-        readable, _, _ = select.select([news_reader], [], [], 0.001)
-        if readable:
-            news = os.read(news_reader, 4096).split()
-            for kind, pid in zip(news[::2], map(int, news[1::2]), strict=True):
-                if kind == b"done":
-                    running.discard(pid)
-                    unfinished.discard(pid)
-                elif pid in go:  # not one reaped already
-                    waiting.append(pid)
-        while waiting and len(running) < lanes:
-            pid = waiting.pop(0)
-            os.write(go[pid], b"g")
-            running.add(pid)
-        while go and (ended := os.waitpid(-1, os.WNOHANG)[0]) != 0:
-            os.close(go.pop(ended))
-            running.discard(ended)  # one that died before it said so
-            unfinished.discard(ended)
-            if ended in waiting:
-                waiting.remove(ended)
-    wall = time.perf_counter() - start
-    while go:  # the last children still exiting
-        os.close(go.pop(os.waitpid(-1, 0)[0]))
-    os.close(news_reader)
-    os.close(news_writer)
+    try:
+        while started < children or children_of.unfinished:
+            while started < children and len(children_of.go) < lanes * (1 + ahead):
+                siblings = list(children_of.go.values())
+                pid, go_writer = _waiting_child(news_writer, work, environment or {}, siblings)
+                children_of.go[pid] = go_writer
+                children_of.unfinished.add(pid)
+                started += 1
+            if select.select([news_reader], [], [], 0.001)[0]:
+                children_of.read(os.read(news_reader, 4096))
+            while children_of.waiting and len(children_of.running) < lanes:
+                pid = children_of.waiting.pop(0)
+                os.write(children_of.go[pid], b"g")
+                children_of.running.add(pid)
+            children_of.reap_ended()
+        wall = time.perf_counter() - start
+        children_of.wait_all()  # the last children, done and exiting
+    finally:
+        children_of.end()
+        os.close(news_reader)
+        os.close(news_writer)
+    if children_of.failed:
+        raise RuntimeError(f"{len(children_of.failed)} of {children} children failed")
     return wall
 
 

@@ -91,11 +91,13 @@ def _as_params(faults: list[Fault]) -> list[Any]:
 
 
 # Faults that each need a session of their own: a test process's (its warning may stay there),
-# the notices' (they deliver the others' warnings), the suite options' (they change the suite),
-# the setup checks' (they fail the tests whose part failed), and the two hooks whose failure
-# turns off every part of the plugin.
+# the marked test's protocol (its failure keeps the other faults out of the test process), the
+# notices' (they deliver the others' warnings), the suite options' (they change the suite), the
+# setup checks' (they fail the tests whose part failed), and the two hooks whose failure turns
+# off every part of the plugin.
 ALONE = (
     "isolation.child.",
+    "isolation.plugin.IsolationPlugin.pytest_runtest_protocol",
     "notices.",
     "suite.",
     "plugin.pytest_runtest_setup",
@@ -115,20 +117,32 @@ def _part(guarded: Guarded) -> str:
     return guarded.loss.feature
 
 
-def fault_sessions() -> list[tuple[Fault, ...]]:
-    """Every fault, in sessions that share no part of the plugin: in one session each fault
-    turns off its own part only, so each fires and is warned once."""
-    faults = _faults()
-    sessions = [(fault,) for fault in faults if fault.guarded.name.startswith(ALONE)]
+def _knocks_out(fault: Fault) -> bool:
+    """A fault before the code of a part that tests ask for by name: those tests fail at once,
+    and no other fault would meet them."""
+    return fault.guarded.honours is not None and fault.where == BEFORE
+
+
+def _by_part(faults: list[Fault]) -> list[tuple[Fault, ...]]:
+    """``faults`` in as few sessions as have no part twice."""
     by_part: dict[str, list[Fault]] = {}
     for fault in faults:
-        if not fault.guarded.name.startswith(ALONE):
-            by_part.setdefault(_part(fault.guarded), []).append(fault)
-    rounds = max(map(len, by_part.values()))
-    sessions += [
-        tuple(part[i] for part in by_part.values() if i < len(part)) for i in range(rounds)
-    ]
-    return sessions
+        by_part.setdefault(_part(fault.guarded), []).append(fault)
+    rounds = max(map(len, by_part.values()), default=0)
+    return [tuple(part[i] for part in by_part.values() if i < len(part)) for i in range(rounds)]
+
+
+def fault_sessions() -> list[tuple[Fault, ...]]:
+    """Every fault, in sessions that share no part of the plugin: in one session each fault
+    turns off its own part only, so each fires and is warned once. Faults that knock out the
+    tests asking for their part share sessions only with each other."""
+    faults = _faults()
+    shared = [fault for fault in faults if not fault.guarded.name.startswith(ALONE)]
+    return (
+        [(fault,) for fault in faults if fault not in shared]
+        + _by_part([fault for fault in shared if _knocks_out(fault)])
+        + _by_part([fault for fault in shared if not _knocks_out(fault)])
+    )
 
 
 def test_every_hook_and_fixture_is_guarded_under_its_own_name() -> None:
@@ -205,16 +219,21 @@ def _run_suite(
 
 
 def _reports(result: pytest.RunResult) -> dict[str, Any]:
-    """Each test's outcome ("passed", "failed" or "error") and the text of its failures."""
+    """Each test's outcome ("passed", "failed" or "error") and the text of each failed phase."""
     found: dict[str, Any] = {}
     for report in result.reprec.getreports("pytest_runtest_logreport"):  # type: ignore[attr-defined]
         name = report.nodeid.split("::")[-1]
-        outcome, text = found.get(name, ("passed", ""))
+        outcome, texts = found.get(name, ("passed", []))
         if report.failed:
             outcome = "failed" if report.when == "call" and outcome == "passed" else "error"
-            text += report.longreprtext
-        found[name] = (outcome, text)
+            texts = [*texts, report.longreprtext]
+        found[name] = (outcome, texts)
     return found
+
+
+def _warnings(output: str) -> list[str]:
+    """Each of the plugin's warnings in the summary, up to the blank line that ends it."""
+    return [block.split("\n\n", 1)[0] for block in output.split(WARNING)[1:]]
 
 
 def _suite_args(guarded: Guarded) -> tuple[str, ...]:
@@ -240,21 +259,25 @@ def test_a_failure_of_our_code_never_changes_an_outcome(
     output = result.stdout.str()
     assert len(outcomes) == TESTS, output
     in_a_test_process = faults[0].guarded.name.startswith("isolation.child.")
-    for name, (outcome, text) in outcomes.items():
+    changes_the_suite = any(fault.guarded.name.startswith("suite.") for fault in faults)
+    names = ["cudagraph_guard could not run this test as "]
+    if in_a_test_process:
+        names.append("PluginFailure: cudagraph_guard: ")
+    for name, (outcome, texts) in outcomes.items():
         if outcome == "passed":
             continue
-        assert suite_args or name not in PLAIN, output
-        named = "cudagraph_guard could not run this test as " in text
-        if in_a_test_process:
-            named = named or "PluginFailure: cudagraph_guard: " in text
-        assert named, f"{name} {outcome} without naming the plugin:\n{output}"
-    warnings = output.count(WARNING)
+        assert changes_the_suite or name not in PLAIN, output
+        for text in texts:
+            named = any(words in text for words in names)
+            assert named, f"{name} {outcome} without naming the plugin:\n{output}"
+    warnings = _warnings(output)
     if in_a_test_process:
-        assert warnings <= 1, output
+        assert len(warnings) <= 1, output
     else:
-        assert warnings == len(faults), output
+        assert len(warnings) == len(faults), output
         for fault in faults:
-            assert fault.raised in output, f"{fault.spec} never failed:\n{output}"
+            warned = [warning for warning in warnings if fault.raised in warning]
+            assert len(warned) == 1, f"{fault.spec} warned {len(warned)} times:\n{output}"
     if (ourtester.path / "r.json").exists():
         records = read_report(ourtester.path / "r.json")["tests"]
         assert {r["nodeid"].split("::")[-1] for r in records} <= set(outcomes)
@@ -268,13 +291,14 @@ def test_the_fault_sessions_make_each_fault_once_and_share_no_part() -> None:
     for faults in sessions:
         parts = [_part(fault.guarded) for fault in faults]
         assert len(faults) == 1 or len(parts) == len(set(parts))
+        assert len({_knocks_out(fault) for fault in faults}) == 1
 
 
 def test_without_a_fault_every_test_passes_where_it_asked_to_run(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     result, outcomes = _run_suite(ourtester, monkeypatch, None)
-    assert outcomes == {name: ("passed", "") for name in outcomes}, result.stdout.str()
+    assert outcomes == {name: ("passed", []) for name in outcomes}, result.stdout.str()
     assert len(outcomes) == TESTS
     assert WARNING not in result.stdout.str()
 
