@@ -11,7 +11,7 @@ run, is what a fresh CUDA process costs at the driver's pace.
   floor per child; goal <= 1.15. Also over the test's own first run in a fresh process whose
   context exists (``first_run_floor``): a serial suite cannot overlap one test's kernel loading
   with the next one's, so that is what bounds it there. And the marked suite over its floor
-  (``lanes_floor``, 1 lane with 2 processes set up ahead, as the spares serially).
+  (``lanes_floor``, 1 lane with as many processes set up ahead as the plugin's spares).
 - ``n4``: marked / unmarked under ``-n 4``, the driver's default (a reference).
 - ``n4-one-queue``: the same with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` set in the test processes
   only (ini ``cudagraph_process_env``; where the plugin has no such key, in the marked run's
@@ -27,6 +27,7 @@ run, is what a fresh CUDA process costs at the driver's pace.
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -86,11 +87,10 @@ class GpuRun:
     floor_target: float | None = None  # on the extra cost per test over the floor per child
     spares: int | None = None  # ini cudagraph_spares for the marked suite; None: automatic
     lanes: int | None = None  # measure lanes_floor with this many fresh processes at a time
-    ahead: int = 1  # and this many more per lane set up ahead (the spares the plugin keeps)
 
 
 GPU_RUNS = {
-    "serial": GpuRun(floor_target=1.15, lanes=1, ahead=2),
+    "serial": GpuRun(floor_target=1.15, lanes=1),
     "n4": GpuRun(args=["-n", "4"]),
     "n4-one-queue": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, lanes=4),
     "n4-one-queue-spares2": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, spares=2),
@@ -112,6 +112,16 @@ def run_the_bench_test() -> None:
     test = namespace["test_0"]
     assert callable(test)
     test()
+
+
+def spares_per_worker(workers: int, one_queue: bool) -> int:
+    """The spares the plugin keeps for CUDA test processes by default (its own rule), with no
+    bound from the GPU's memory."""
+    from pytest_cudagraph_guard.isolation.cuda import cuda_spares
+
+    return cuda_spares(
+        workers=workers, cores=os.cpu_count() or 1, free_bytes=0, one_queue=one_queue
+    )
 
 
 def lanes_floor(lanes: int, ahead: int, tests: int, environment: dict[str, str]) -> float:
@@ -218,7 +228,8 @@ def _measure_run(
         sides += [cuda_process_cost.per_child_floor, cuda_process_cost.first_run_floor]
     if run.lanes is not None:
         lanes, environment = run.lanes, {ONE_QUEUE_NAME: ONE_QUEUE_VALUE} if run.one_queue else {}
-        sides.append(lambda: lanes_floor(lanes, run.ahead, tests, environment))
+        ahead = run.spares or spares_per_worker(lanes, run.one_queue)
+        sides.append(lambda: lanes_floor(lanes, ahead, tests, environment))
     rounds = alternate(sides, pairs)
     times_a, times_b = rounds[0], rounds[1]
     ratio = median_ratio(times_a, times_b)
@@ -264,7 +275,7 @@ def _measure_run(
             "marked_over_floor": round(median_ratio(times_a, lanes_seconds), 4),
         }
         line += (
-            f"; the floor, each test in a fresh process {run.lanes} at a time ({run.ahead} "
+            f"; the floor, each test in a fresh process {run.lanes} at a time ({ahead} "
             f"more a lane set up ahead) with no pytest: "
             f"{statistics.median(lanes_seconds):.2f} s, over the unmarked suite "
             f"{found['floor_over_unmarked']:.3f} (the least any isolation reaches); marked / "

@@ -82,7 +82,7 @@ class _FaultSwitch:
         self.faults: frozenset[tuple[str, str]] = frozenset()  # (name, where)
 
     def read(self) -> None:
-        entries = filter(None, os.environ.get(FAULT_VARIABLE, "").split(","))
+        entries = filter(None, os.environ.get(FAULT_VARIABLE, "").replace(" ", "").split(","))
         self.faults = frozenset(
             (name, where or BEFORE) for name, _, where in (e.partition(":") for e in entries)
         )
@@ -93,7 +93,17 @@ class _FaultSwitch:
     def fault(self, guarded: Guarded, where: str) -> InjectedFault | None:
         if (guarded.name, where) not in self.faults:
             return None
-        return InjectedFault(f"injected by {FAULT_VARIABLE} {where} {guarded.name}'s own code")
+        return InjectedFault(injected_message(guarded.name, where))
+
+
+def fault_entry(name: str, where: str) -> str:
+    """How ``PYTEST_CUDAGRAPH_GUARD_FAULT`` names the guarded code ``name`` failing ``where``."""
+    return name if where == BEFORE else f"{name}:{where}"
+
+
+def injected_message(name: str, where: str) -> str:
+    """What the ``InjectedFault`` of that entry says."""
+    return f"injected by {FAULT_VARIABLE} {where} {name}'s own code"
 
 
 _SWITCH: Final = _FaultSwitch()

@@ -294,9 +294,9 @@ def fault_sessions() -> list[list[str]]:
         shared = (
             rows
             for rows in sessions
-            if not _alone(row) and not any(_alone(o) or _conflict(row, o) for o in rows)
+            if not any(_alone(other) or _conflict(row, other) for other in rows)
         )
-        rows = next(shared, None)
+        rows = None if _alone(row) else next(shared, None)
         if rows is None:
             sessions.append([row])
         else:
@@ -304,9 +304,7 @@ def fault_sessions() -> list[list[str]]:
     return sessions
 
 
-@pytest.mark.parametrize(
-    "rows", [pytest.param(rows, id="+".join(rows)) for rows in fault_sessions()]
-)
+@pytest.mark.parametrize("rows", fault_sessions(), ids="+".join)
 def test_a_missing_torch_internal_turns_off_only_its_part(
     ourtester: pytest.Pytester, forked_sessions: ForkedSessions, rows: list[str]
 ) -> None:

@@ -15,7 +15,15 @@ from typing import Any, NamedTuple
 import pytest
 
 import pytest_cudagraph_guard
-from pytest_cudagraph_guard.core.ours import AFTER, BEFORE, FAULT_VARIABLE, Guarded, guarded_of
+from pytest_cudagraph_guard.core.ours import (
+    AFTER,
+    BEFORE,
+    FAULT_VARIABLE,
+    Guarded,
+    fault_entry,
+    guarded_of,
+    injected_message,
+)
 
 from ..helpers import read_report
 
@@ -68,13 +76,11 @@ class Fault(NamedTuple):
 
     @property
     def spec(self) -> str:
-        """As ``PYTEST_CUDAGRAPH_GUARD_FAULT`` names it."""
-        name = self.guarded.name
-        return name if self.where == BEFORE else f"{name}:{self.where}"
+        return fault_entry(self.guarded.name, self.where)
 
     @property
     def raised(self) -> str:
-        return f"injected by {FAULT_VARIABLE} {self.where} {self.guarded.name}'s own code"
+        return injected_message(self.guarded.name, self.where)
 
 
 def _faults(*, under_xdist: bool = False) -> list[Fault]:
@@ -84,10 +90,6 @@ def _faults(*, under_xdist: bool = False) -> list[Fault]:
         if guarded.name.startswith(XDIST_ONLY) == under_xdist
         for where in ((BEFORE, AFTER) if guarded.generator else (BEFORE,))
     ]
-
-
-def _as_params(faults: list[Fault]) -> list[Any]:
-    return [pytest.param(fault, id=f"{fault.guarded.name}:{fault.where}") for fault in faults]
 
 
 # Faults that each need a session of their own: a test process's (its warning may stay there),
@@ -247,7 +249,8 @@ def _suite_args(guarded: Guarded) -> tuple[str, ...]:
 
 @pytest.mark.parametrize(
     "faults",
-    [pytest.param(faults, id="+".join(f.spec for f in faults)) for faults in fault_sessions()],
+    fault_sessions(),
+    ids=lambda faults: "+".join(fault.spec for fault in faults),
 )
 @pytest.mark.usefixtures("inductor_config")  # where the inner leak guard is off, ours restores
 def test_a_failure_of_our_code_never_changes_an_outcome(
@@ -320,7 +323,7 @@ def test_after():
 """
 
 
-@pytest.mark.parametrize("fault", _as_params(_faults(under_xdist=True)))
+@pytest.mark.parametrize("fault", _faults(under_xdist=True), ids=lambda fault: fault.spec)
 def test_a_failure_of_our_code_in_an_xdist_hook_never_changes_an_outcome(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fault: Fault
 ) -> None:
