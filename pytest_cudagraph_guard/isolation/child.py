@@ -43,6 +43,9 @@ _stacks_stream: list[IO[str]] = []  # kept open for faulthandler until the proce
 _LINK = _torch.Loss("cudagraph_subprocess", "the test process's link to the session")
 _NARROWING = _torch.Loss("cudagraph_subprocess", "collecting only the test's own module path")
 _TELLING = _torch.Loss("cudagraph_subprocess", "collection errors, warnings and records sent")
+_EARLY_DONE = _torch.Loss(
+    "cudagraph_subprocess", "the next test started before the test process's session ends"
+)
 _QUIETING = _torch.Loss(
     "cudagraph_subprocess", "pytest's chatter kept out of a dead test's failure"
 )
@@ -80,24 +83,49 @@ def run_spare(request: ChildRequest, assignments: int, done: int) -> NoReturn:
 
 def _run(make_child: Callable[[], SubprocessChild], done: int | None) -> NoReturn:
     code = CHILD_CRASH_EXIT
-    present = frozenset(sys.modules)
+    ending = _Ending(frozenset(sys.modules), done)
     try:
         child = make_child()
+        child.ending = ending
         _enter(child.request)
         code = _run_session(child)
-        if child.request_path is not None:
-            folder = child.request_path.parent
-            note_needed_modules(folder, present, child.plugin_modules, cuda_use())
+        ending.note_modules(child)
     except BaseException:
         traceback.print_exc()
     finally:
+        ending.say_done(code)
+        os._exit(code)
+
+
+class _Ending:
+    """What a test process does once its last result is written: it notes the modules the next
+    test process will need and says its exit code to the zygote, once. A process whose test
+    finished does so as its session starts to finish, so that the next test need not wait for
+    the session's end (its ``pytest_sessionfinish`` and ``pytest_unconfigure`` hooks)."""
+
+    def __init__(self, present: frozenset[str], done: int | None) -> None:
+        self.present = present  # the modules the process started with
+        self.done = done  # the zygote's pipe; None in a spawned interpreter
+        self.noted = False
+        self.said = False
+
+    def note_modules(self, child: SubprocessChild) -> None:
+        if self.noted or child.request_path is None:
+            return
+        self.noted = True
+        plugins = installed_plugin_modules(child.config) if child.config else set()
+        note_needed_modules(child.request_path.parent, self.present, plugins, cuda_use())
+
+    def say_done(self, code: int) -> None:
+        if self.said:
+            return
+        self.said = True
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # a closed stream must not hide the exit code
                 stream.flush()
-        if done is not None:
+        if self.done is not None:
             with contextlib.suppress(OSError):
-                os.write(done, f"{code}\n".encode())
-        os._exit(code)
+                os.write(self.done, f"{code}\n".encode())
 
 
 def _enter(request: ChildRequest) -> None:
@@ -153,7 +181,8 @@ class SubprocessChild:
         self.assignments = assignments
         self.results: IO[str] | None = None
         self.config: pytest.Config | None = None
-        self.plugin_modules: set[str] = set()  # of the installed plugins the session loaded
+        self.ending: _Ending | None = None
+        self.test_finished = False  # its teardown report is sent
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_LINK, essential=True, starts_session=True)
@@ -255,6 +284,8 @@ class SubprocessChild:
         assert self.config is not None
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
         self._send({"report": data})
+        if report.when == "teardown":
+            self.test_finished = True
 
     @ours(_TELLING)
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -285,11 +316,24 @@ class SubprocessChild:
         where = f"subprocess {os.getpid()}"
         record["where"] = where if record["where"] == "main" else f"{where}, {record['where']}"
 
+    @pytest.hookimpl(tryfirst=True)
+    @ours(_EARLY_DONE)
+    def pytest_sessionfinish(self, exitstatus: int | pytest.ExitCode) -> None:
+        """Once the test has finished, the next test's process need not wait for this session's
+        end: what the parent needs is written."""
+        if self.test_finished and self.ending is not None:
+            self._close_results()
+            self.ending.note_modules(self)
+            self.ending.say_done(int(exitstatus))
+
     @ours(_TELLING)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self._close_results()
+
+    def _close_results(self) -> None:
         if self.results is not None:
             self.results.close()
-        self.plugin_modules = installed_plugin_modules(config)
+            self.results = None
 
     def _send(self, message: ChildMessage) -> None:
         if self.results is None:

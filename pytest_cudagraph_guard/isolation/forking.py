@@ -10,6 +10,7 @@ import os
 import select
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,11 @@ from pathlib import Path
 from .protocol import CHILD_CRASH_EXIT, STDERR_NAME, STDOUT_NAME, ChildRequest
 
 CUDA_ERROR_NOT_INITIALIZED = 3
+# How long a zygote that is ending waits for test processes that said they were done to end
+# their sessions (a conftest's pytest_sessionfinish, say) before it kills them; under the wait
+# of the parent for the zygote itself (pool.ZYGOTE_CLOSE_TIMEOUT_S).
+EXITING_GRACE_S = 5.0
+REAP_POLL_S = 0.01
 # How a test process runs its test: from its request's path, or, a spare, from the request it
 # sets up as and the pipe on which it learns its test.
 # Each also gets the pipe on which it says, once it has written its last result, its exit code.
@@ -178,23 +184,37 @@ def wait_child(process: TestProcess, requests: int) -> tuple[bool, int] | None:
 
 
 class Exiting:
-    """Test processes that said they were done and are still exiting (a CUDA context's
-    teardown, say): reaped, and their groups ended, off the next test's critical path."""
+    """Test processes that said they were done and are still ending (their session's last
+    hooks, a CUDA context's teardown): reaped, and their groups ended, off the next test's
+    critical path."""
 
     def __init__(self) -> None:
         self.pids: set[int] = set()
 
-    def reap(self, *, wait: bool = False) -> None:
+    def reap(self) -> list[tuple[int, int]]:
+        """Those that have ended since, each with its wait status."""
+        reaped = []
         for pid in list(self.pids):
-            if wait:
-                kill_child(pid)
             try:
-                ended, _ = os.waitpid(pid, 0 if wait else os.WNOHANG)
+                ended, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                ended = pid
+                ended, status = pid, 0
             if ended:
                 kill_group(pid)
                 self.pids.discard(pid)
+                reaped.append((pid, status))
+        return reaped
+
+    def end(self, grace: float = EXITING_GRACE_S) -> None:
+        """Lets those still ending finish for at most ``grace`` seconds, then kills the rest."""
+        deadline = time.monotonic() + grace
+        while self.reap() or (self.pids and time.monotonic() < deadline):
+            time.sleep(REAP_POLL_S)
+        for pid in self.pids:
+            kill_child(pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        self.pids.clear()
 
 
 def _pidfd(pid: int) -> int | None:

@@ -36,6 +36,8 @@ from .protocol import (
 
 ENTRY_MODULE: Final = __package__
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
+# Longer than a zygote's wait for its test processes' sessions to end (forking.EXITING_GRACE_S).
+ZYGOTE_CLOSE_TIMEOUT_S: Final = 10.0
 STACKS_GRACE_S: Final = 2.0
 REAP_TIMEOUT_S: Final = 30.0
 SECTION_LIMIT: Final = 1_000_000
@@ -55,6 +57,9 @@ class ChildExit:
     timed_out: bool = False
     stacks: str = ""
     duration: float = 0.0
+    # Of a zygote's test process that said it was done and may still be ending: the zygote
+    # says when it has ended, and its folder stays until then.
+    ending_under: Zygote | None = None
 
     def stream(self, name: str) -> str:
         path = self.folder / name
@@ -83,6 +88,7 @@ class Zygote:
         self.log_path = log
         self.ready: bool | None = None
         self.notices: list[str] = []  # for the user, once each
+        self.ending: dict[int, Path] = {}  # folders of test processes done but maybe not ended
         assert self.process.stdout is not None
         self._replies = LineReader(self.process.stdout.fileno())
 
@@ -101,7 +107,10 @@ class Zygote:
         # Before it forks, a zygote may still be loading what test processes need.
         if not sent:
             return "the zygote is gone"
-        reply, line = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
+        deadline = time.monotonic() + ZYGOTE_START_TIMEOUT_S
+        reply, line = self._reply(deadline)
+        while reply is not None and reply.kind in ("exited", "done"):  # an earlier one's, late
+            reply, line = self._reply(deadline)
         if line is None:
             return "the zygote is gone"
         if reply is not None and reply.kind == "started":
@@ -109,25 +118,29 @@ class Zygote:
         reason = reply.reason if reply is not None and reply.reason else line
         return f"the zygote would not fork: {reason}"
 
-    def wait_exit(self, pid: int, deadline: float) -> tuple[bool, int | None]:
-        """(finished, wait status) of test process ``pid``: finished once it has written its
-        last result, though it may still be exiting; (True, None) when the zygote died first."""
+    def wait_exit(self, pid: int, deadline: float) -> Reply | None:
+        """The ``done`` or ``exited`` reply of test process ``pid``: ``done`` once it has written
+        its last result, though it may still be ending; None at the deadline, or when the zygote
+        died first (then :attr:`process` has ended)."""
         while True:
             reply, _ = self._reply(deadline)
             if reply is None or reply.kind not in ("exited", "done"):
-                return (self.process.poll() is not None, None)
+                return None
             if reply.pid == pid:
-                return True, reply.status
-            # The end of an earlier test process that had said it was done.
+                return reply
 
     def _reply(self, deadline: float) -> tuple[Reply | None, str | None]:
-        """The next reply other than a notice, and its line (None at the end of the pipe or
-        the deadline); the notices on the way are kept."""
+        """The next reply other than a notice or the end of a test process that said it was
+        done, and its line (None at the end of the pipe or the deadline); the notices on the
+        way are kept, and the folders of the processes that ended removed."""
         while (line := self._replies.next(deadline)) is not None:
             reply = parse_reply(line)
-            if reply is None or reply.kind != "notice":
+            if reply is not None and reply.kind == "exited" and reply.pid in self.ending:
+                shutil.rmtree(self.ending.pop(reply.pid), ignore_errors=True)
+            elif reply is None or reply.kind != "notice":
                 return reply, line
-            self.notices.append(reply.reason)
+            else:
+                self.notices.append(reply.reason)
         return None, None
 
     def why_not_ready(self) -> str:
@@ -140,7 +153,7 @@ class Zygote:
             if self.process.stdin is not None:
                 self.process.stdin.close()
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=ZYGOTE_CLOSE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(OSError):
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -191,7 +204,11 @@ class SubprocessRunner:
         return self._spawn(request, request_path, folder, timeout)
 
     def remove(self, outcome: ChildExit) -> None:
-        shutil.rmtree(outcome.folder, ignore_errors=True)
+        """Removes the test's folder once its process has ended (its basetemp is there)."""
+        if outcome.ending_under is not None:
+            outcome.ending_under.ending[outcome.pid] = outcome.folder
+        else:
+            shutil.rmtree(outcome.folder, ignore_errors=True)
 
     def close(self) -> None:
         self._close_zygotes()
@@ -244,17 +261,20 @@ class SubprocessRunner:
         outcome = ChildExit(pid, folder)
         start = time.monotonic()
         try:
-            finished, outcome.status = zygote.wait_exit(pid, start + timeout)
-            if not finished:
+            ended = zygote.wait_exit(pid, start + timeout)
+            if ended is None and zygote.process.poll() is None:
                 outcome.timed_out = True
                 outcome.stacks = _stop(pid, folder)
-                finished, outcome.status = zygote.wait_exit(pid, time.monotonic() + REAP_TIMEOUT_S)
+                ended = zygote.wait_exit(pid, time.monotonic() + REAP_TIMEOUT_S)
         except BaseException:
             kill_group(pid)
             zygote.wait_exit(pid, time.monotonic() + REAP_TIMEOUT_S)
             raise
-        if outcome.status is None:
+        if ended is None:
             kill_group(pid)
+        else:
+            outcome.status = ended.status
+            outcome.ending_under = zygote if ended.kind == "done" else None
         outcome.duration = time.monotonic() - start
         return outcome
 

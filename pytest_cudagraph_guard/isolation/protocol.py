@@ -5,9 +5,10 @@ every side can read it without loading the others.
 Parent to zygote, one line per request: ``run REQUEST_PATH``; closing the pipe ends the zygote
 (and kills a test process still running). Zygote to parent: ``ready PID``, then per request
 ``started PID``, then ``done PID STATUS`` as soon as the test process has written its last
-result (it may still be exiting) or ``exited PID STATUS`` when it ended before (STATUS as
-``os.waitpid`` gives it), or ``nofork REASON`` when forking is no longer safe; at any time,
-``notice TEXT``: something the parent tells the user once, as a warning.
+result (its session may still be ending) or ``exited PID STATUS`` when it ended before (STATUS
+as ``os.waitpid`` gives it), or ``nofork REASON`` when forking is no longer safe; at any time,
+``notice TEXT``: something the parent tells the user once, as a warning, and ``exited PID
+STATUS`` of a test process that had said it was done and has ended since (its folder can go).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ the request says the parent session has loaded; the test process leaves in its f
 the next one will need (and whether it used CUDA), which the zygote loads before the next fork.
 Where the request says the next test is marked too, the zygote also forks spares
 (:mod:`.spares`), which set up their sessions while the test runs and take the next requests if
-their context matches. A test process that says it is done is reaped while the next test runs.
+their context matches. A test process says it is done once its test has finished, as its
+session starts to finish: the next test starts then, while it ends its session and exits, and it
+is reaped later; a zygote that ends gives those still ending a few seconds.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def _serve_one(
     process had to import: so the next one finds all that loaded. A test process that is done
     ends (and is reaped) while the next test runs."""
     spares = children.spares
-    children.exiting.reap()
+    _reap_exiting(children, pipes.replies)
     request = _request(request_path)
     process = spares.assign(request, request_path)
     if process is None:
@@ -157,8 +159,9 @@ def _serve_one(
         _exit(children)
     exiting, status = ended
     if exiting:
-        children.exiting.pids.add(pid)
-    spares.finished(pid)
+        children.exiting.pids.add(pid)  # its folders stay until it has ended
+    else:
+        spares.finished(pid)
     # Before the parent removes the folder.
     needed, cuda = needed_modules(Path(request_path).parent)
     send_line(pipes.replies, (done_line if exiting else exited_line)(pid, status))
@@ -175,6 +178,14 @@ class _Children:
     exiting: Exiting
 
 
+def _reap_exiting(children: _Children, replies: int) -> None:
+    """Test processes that said they were done and have ended since: the parent may now remove
+    their folders, as the zygote removes their spares' folders."""
+    for pid, status in children.exiting.reap():
+        children.spares.finished(pid)
+        send_line(replies, exited_line(pid, status))
+
+
 def _request(request_path: str) -> ChildRequest | None:
     """The request, if it can be read: if not, its test process says why."""
     try:
@@ -186,7 +197,7 @@ def _request(request_path: str) -> ChildRequest | None:
 
 def _exit(children: _Children) -> NoReturn:
     children.spares.discard()
-    children.exiting.reap(wait=True)
+    children.exiting.end()
     _leave_no_files()
     os._exit(0)
 

@@ -3,9 +3,14 @@ sets up its pytest session, then waits for its test. Real sessions, real process
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
-from ..procfs import all_gone
+from pytest_cudagraph_guard.isolation.forking import Exiting
+
+from ..procfs import alive, all_gone
 
 # Each process that sets up a session (the parent's included) logs its pid, the marker's
 # variable as it saw it then, and whether CUDA graph trees were on.
@@ -263,3 +268,84 @@ def test_3():
     result.assert_outcomes(passed=3, warnings=1)
     result.stdout.fnmatch_lines(["*test_c.py::test_3 leaked 1 config*"])
     result.stdout.no_fnmatch_line("*test_b.py::test_2 leaked*")
+
+
+# Each test process logs when its test ran and when its session's end began and ended.
+ENDING_CONFTEST = """
+import os
+import time
+
+SESSION = os.environ.setdefault("SESSION_PID", str(os.getpid()))
+ran = []
+
+def log(line):
+    with open(os.environ["ENDINGS"], "a") as file:
+        file.write(line + "\\n")
+
+def pytest_configure(config):
+    if str(os.getpid()) != SESSION:
+        log(f"process {os.getpid()}")
+
+def pytest_runtest_call(item):
+    ran.append(item.name)
+    log(f"ran {item.name}")
+
+def pytest_sessionfinish(session):
+    if str(os.getpid()) != SESSION and ran:
+        time.sleep(1.5 if ran == ["test_1"] else 0.5)
+        log(f"ended {ran[0]}")
+"""
+
+
+def test_the_next_test_starts_while_a_test_process_ends_its_session(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test process says it is done once its test has finished: the next test runs while its
+    session ends, and the session waits for the last one to end its own."""
+    endings = ourtester.path / "endings.log"
+    monkeypatch.setenv("ENDINGS", str(endings))
+    ourtester.makeconftest(ENDING_CONFTEST)
+    ourtester.makepyfile(
+        """
+        import pytest
+
+        pytestmark = pytest.mark.cudagraph_subprocess
+
+        def test_1():
+            pass
+
+        def test_2():
+            pass
+        """
+    )
+    result = ourtester.runpytest("-o", "cudagraph_timeout=60")
+    result.assert_outcomes(passed=2)
+    lines = endings.read_text().splitlines()
+    assert lines.index("ran test_2") < lines.index("ended test_1")
+    assert "ended test_2" in lines  # the last test's process ended its session in full
+    processes = [int(line.split()[1]) for line in lines if line.startswith("process ")]
+    assert all_gone(processes)
+
+
+def _forked(seconds: float) -> int:
+    """A child of this process that sleeps, then exits with code 7."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(seconds)
+        os._exit(7)
+    return pid
+
+
+def test_an_ending_zygote_lets_test_processes_end_then_kills_those_that_do_not() -> None:
+    """What a zygote does, as it ends, with the test processes still ending their sessions (a
+    conftest's ``pytest_sessionfinish`` that never returns, say)."""
+    ending, hung = _forked(0.2), _forked(600)
+    exiting = Exiting()
+    exiting.pids.update((ending, hung))
+    exiting.end(grace=3.0)
+    assert exiting.pids == set()
+    assert not alive(ending)
+    assert not alive(hung)
+    for pid in (ending, hung):
+        with pytest.raises(ChildProcessError):  # waited for: no zombie is left
+            os.waitpid(pid, os.WNOHANG)
