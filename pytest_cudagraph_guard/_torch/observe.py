@@ -1,5 +1,5 @@
-"""Observing what torch does with CUDA graphs: compiles, cudagraph wrapping, skips, recordings,
-replays, and graphs an earlier test compiled.
+"""Observing what torch does with CUDA graphs: compiles (``compile_events``), cudagraph
+wrapping, skips, recordings, replays, and graphs an earlier test compiled.
 
 Wrappers around the functions that every compile and capture goes through, installed only while
 a report is wanted. Each calls back with a typed event (``events``); the wrapped call is
@@ -16,15 +16,10 @@ import weakref
 from types import ModuleType
 from typing import Any, Final
 
-from .config_access import CUDAGRAPH_SWITCHES
-from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
+from .compile_events import patch_compile_fx, patch_output_graph, settings_moment
 from .events import (
     AUDIENCE,
-    Compiled,
-    CompileOption,
-    ConfigValues,
     CrossThread,
-    Cudagraphified,
     Observer,
     RanEarlierGraph,
     Recorded,
@@ -33,7 +28,7 @@ from .events import (
     emit,
 )
 from .faults import Loss, run_ours
-from .function_names import compiled_function, function_id_of, function_name
+from .function_names import function_id_of, function_name
 from .import_hooks import OnEachImport
 from .patch_table import PATCHES
 from .patches import Patches, owner_class
@@ -42,7 +37,6 @@ from .thread_names import started_outside_python, thread_label
 from .tree_events import patch_tree_events, running_function
 from .trees import CUDAGRAPH_TREES
 
-INDUCTOR_BACKEND: Final = "inductor"
 # From this release compile_fx keeps a compiled function's callable per thread, so no thread
 # runs graphs through another thread's tree manager.
 PER_THREAD_CALLABLES: Final = (2, 13)
@@ -56,7 +50,6 @@ class _ObservationState:
         self.patches = Patches()
         self.observed_names: set[str] = set()
         self.in_manager_init = threading.local()
-        self.compiling = threading.local()  # .function: the function dynamo compiles now
         self.skipped_graphs: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         # Each tree manager seen created: (ident, name) of the thread that created it.
         self.manager_threads: weakref.WeakKeyDictionary[Any, tuple[int, str]] = (
@@ -111,87 +104,11 @@ def begin_test() -> None:
     _STATE.ran_graphs = set()
 
 
-def _settings_moment() -> ConfigValues:
-    """The settings as torch acts now, in the acting thread; the test has its first moment."""
-    AUDIENCE.settings_wanted = False
-    return cudagraph_settings_here()
-
-
 def end_session() -> None:
     """A session ended: once none observes, the graphs whose skips were seen are forgotten, so
     that the next session sees torch's skips as a fresh process would."""
     if not AUDIENCE.observers:
         _STATE.skipped_graphs.clear()
-
-
-def _options_of(config_patches: object) -> dict[str, CompileOption]:
-    if not isinstance(config_patches, dict):
-        return {}
-    return {str(k): v for k, v in config_patches.items() if isinstance(v, (bool, int, float, str))}
-
-
-def _observed_compile_fx(compile_fx: Any) -> Any:
-    loss, compiling = PATCHES["observe.compile_fx"].loss, _STATE.compiling
-
-    def observe(kwargs: dict[str, object]) -> None:
-        options = _options_of(kwargs.get("config_patches"))
-        if options or not kwargs.get("inner_compile"):
-            function = getattr(compiling, "function", None)
-            settings = _settings_moment()
-            emit(Compiled(thread_label(), INDUCTOR_BACKEND, options, settings, function))
-
-    @functools.wraps(compile_fx)
-    def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe, kwargs)
-        return compile_fx(*args, **kwargs)
-
-    return compile_fx_observed
-
-
-def backend_name(compiler_fn: object) -> str:
-    """A torch.compile backend as the user named it: its registered name or its callable's."""
-    name = getattr(compiler_fn, "__name__", None) or getattr(compiler_fn, "compiler_name", None)
-    return str(name or type(compiler_fn).__name__)
-
-
-def _observed_user_compiler(call_user_compiler: Any) -> Any:
-    """Dynamo's call of the backend, with the function it compiles; inductor's compiles are seen
-    (with their options) in ``compile_fx``, inside this call."""
-
-    loss, compiling = PATCHES["observe.backend"].loss, _STATE.compiling
-
-    def observe(output_graph: Any) -> None:
-        function = compiled_function(output_graph)
-        compiling.function = function
-        name = backend_name(getattr(output_graph, "compiler_fn", None))
-        if name != INDUCTOR_BACKEND:
-            emit(Compiled(thread_label(), name, {}, cudagraph_settings_here(), function))
-
-    @functools.wraps(call_user_compiler)
-    def call_user_compiler_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        outer = getattr(compiling, "function", None)  # a compile that started inside another
-        run_ours(loss, observe, self)
-        try:
-            return call_user_compiler(self, *args, **kwargs)
-        finally:
-            compiling.function = outer
-
-    return call_user_compiler_observed
-
-
-def _observed_cudagraphify(cudagraphify: Any) -> Any:
-    loss = PATCHES["observe.cudagraphify"].loss
-
-    def observe() -> None:
-        trees = cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])
-        emit(Cudagraphified(thread_label(), trees))
-
-    @functools.wraps(cudagraphify)
-    def cudagraphify_observed(*args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe)
-        return cudagraphify(*args, **kwargs)
-
-    return cudagraphify_observed
 
 
 def _observed_graph_method(method: Any) -> Any:
@@ -298,7 +215,7 @@ def _observed_capture_end(capture_end: Any) -> Any:
 
     def observe() -> None:
         if not getattr(in_init, "active", False):
-            emit(Recorded(thread_label(), _settings_moment(), running_function()))
+            emit(Recorded(thread_label(), settings_moment(), running_function()))
 
     @functools.wraps(capture_end)
     def capture_end_observed(*args: Any, **kwargs: Any) -> Any:
@@ -316,7 +233,7 @@ def _observed_replay(replay: Any) -> Any:
     audience = AUDIENCE
 
     def observe() -> None:
-        settings = _settings_moment() if audience.settings_wanted else None
+        settings = settings_moment() if audience.settings_wanted else None
         emit(Replayed(thread_label(), settings, running_function()))
 
     @functools.wraps(replay)
@@ -328,8 +245,7 @@ def _observed_replay(replay: Any) -> Any:
 
 
 def _patch_compile_fx(module: ModuleType) -> None:
-    _STATE.patches.apply(PATCHES["observe.compile_fx"], module, _observed_compile_fx)
-    _STATE.patches.apply(PATCHES["observe.cudagraphify"], module, _observed_cudagraphify)
+    patch_compile_fx(module, _STATE.patches)
 
 
 def _patch_compiled_graph(module: ModuleType) -> None:
@@ -361,10 +277,7 @@ def shares_callables_across_threads() -> bool:
 
 
 def _patch_output_graph(module: ModuleType) -> None:
-    row = PATCHES["observe.backend"]
-    output_graph = owner_class(module, "OutputGraph", row)
-    if output_graph is not None:
-        _STATE.patches.apply(row, output_graph, _observed_user_compiler)
+    patch_output_graph(module, _STATE.patches)
 
 
 def _patch_graphs(module: ModuleType) -> None:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from pytest_cudagraph_guard import _torch
-from pytest_cudagraph_guard._torch import observe
+from pytest_cudagraph_guard._torch import compile_events, observe
 from pytest_cudagraph_guard._torch.patch_table import PATCHES, PatchRow
 from pytest_cudagraph_guard._torch.runtime import torch_version
 
@@ -187,12 +187,12 @@ FAULTS = {
         "after_import('torch.fx._symbolic_trace', delete('', 'is_fx_symbolic_tracing'))\n",
         breaks=("test_compiles", "test_threads"),
     ),
-    "observe.compile_fx": Fault(
+    "compile_events.compile_fx": Fault(
         "compile_fx.compile_fx",
         "after_import('torch._inductor.compile_fx', delete('', 'compile_fx'))\n",
         breaks=("test_compiles",),
     ),
-    "observe.cudagraphify": Fault(
+    "compile_events.cudagraphify": Fault(
         "compile_fx.cudagraphify",
         "after_import('torch._inductor.compile_fx', delete('', 'cudagraphify'))\n",
     ),
@@ -202,7 +202,7 @@ FAULTS = {
         "CUDAGraphTreeManager.__init__",
         "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n",
     ),
-    "observe.backend": Fault(
+    "compile_events.backend": Fault(
         "OutputGraph",
         "after_import('torch._dynamo.output_graph', lambda m: setattr(m, 'OutputGraph', "
         "type('OutputGraph', (m.OutputGraph,), {'__module__': m.OutputGraph.__module__})))\n",
@@ -259,14 +259,14 @@ def _assert_the_rest_of_the_report(records: dict[str, Any], rows: list[str]) -> 
         return
     compiled = records["test_compiles"]
     assert compiled["settings"]["triton.cudagraphs"]["value"] is True
-    if "observe.compile_fx" not in rows:
+    if "compile_events.compile_fx" not in rows:
         assert len(compiled["activity"]["compiled"]) == 1
     if all(PATCHES[row].loss != PATCHES["observe.graph_init"].loss for row in rows):
         assert len(compiled["activity"]["skips"]) == 1
 
 
 # Rows whose loss changes what the report's checks count (compiles, skips) for every test.
-_COUNTED = ("observe.compile_fx", "observe.graph_init")
+_COUNTED = ("compile_events.compile_fx", "observe.graph_init")
 
 
 def _alone(row: str) -> bool:
@@ -352,7 +352,7 @@ def test_a_bug_of_ours_in_an_observer_never_reaches_the_users_compile(
     def broken(config_patches: object) -> dict[str, Any]:
         raise ZeroDivisionError("a bug of ours")
 
-    monkeypatch.setattr(observe, "_options_of", broken)
+    monkeypatch.setattr(compile_events, "options_of", broken)
     ourtester.makepyfile(
         """
         import torch
