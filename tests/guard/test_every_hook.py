@@ -3,13 +3,16 @@ under the one guard (``core.ours``): made to fail (``PYTEST_CUDAGRAPH_GUARD_FAUL
 after its ``yield``, no test's outcome changes, one ``CudagraphGuardWarning`` says so, and a test
 that asked for what the failed code does fails naming the plugin, never passing silently. Faults
 of different parts of the plugin share a session (each part turns off alone, so each fault fires
-and is warned once), since each session's test process costs a fresh interpreter's torch."""
+and is warned once). In a test process, each fault has a marked test of its own, all in one
+session; a session of the faults of the session's own process has a marked test where one of
+its faults meets one there (each session's first test process costs a zygote's torch)."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import pkgutil
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pytest
@@ -92,13 +95,25 @@ def _faults(*, under_xdist: bool = False) -> list[Fault]:
     ]
 
 
-# Faults that each need a session of their own: a test process's (its warning may stay there),
-# the marked test's protocol (its failure keeps the other faults out of the test process), the
-# notices' (they deliver the others' warnings), the suite options' (they change the suite), the
-# setup checks' (they fail the tests whose part failed), and the two hooks whose failure turns
-# off every part of the plugin.
+# Code that runs only in a test process.
+IN_A_TEST_PROCESS = "isolation.child."
+# The hooks of a test's own phases: for a marked test the session's own process runs none of
+# them, nor its fixtures (the marker's protocol replaces them); its test process does.
+PHASE_HOOKS = frozenset(
+    {
+        "pytest_runtest_setup",
+        "pytest_runtest_call",
+        "pytest_runtest_teardown",
+        "pytest_runtest_makereport",
+        "pytest_pyfunc_call",
+        "pytest_fixture_setup",
+    }
+)
+# Faults that each need a session of their own: the marked test's protocol (its failure keeps
+# the other faults out of the test process), the notices' (they deliver the others' warnings),
+# the suite options' (they change the suite), the setup checks' (they fail the tests whose part
+# failed), and the two hooks whose failure turns off every part of the plugin.
 ALONE = (
-    "isolation.child.",
     "isolation.plugin.IsolationPlugin.pytest_runtest_protocol",
     "notices.",
     "suite.",
@@ -125,20 +140,36 @@ def _knocks_out(fault: Fault) -> bool:
     return fault.guarded.honours is not None and fault.where == BEFORE
 
 
-def _by_part(faults: list[Fault]) -> list[tuple[Fault, ...]]:
+def _by_part(
+    faults: list[Fault], part: Callable[[Guarded], object] = _part
+) -> list[tuple[Fault, ...]]:
     """``faults`` in as few sessions as have no part twice."""
-    by_part: dict[str, list[Fault]] = {}
+    by_part: dict[object, list[Fault]] = {}
     for fault in faults:
-        by_part.setdefault(_part(fault.guarded), []).append(fault)
+        by_part.setdefault(part(fault.guarded), []).append(fault)
     rounds = max(map(len, by_part.values()), default=0)
     return [tuple(part[i] for part in by_part.values() if i < len(part)) for i in range(rounds)]
 
 
+def _in_a_test_process(fault: Fault) -> bool:
+    return fault.guarded.name.startswith(IN_A_TEST_PROCESS)
+
+
+def _meets_a_marked_test_here(fault: Fault) -> bool:
+    """Whether the fault's code runs in the session's own process for a marked test (its
+    protocol, its reports, the session's hooks), beside what it does in the test's process."""
+    name = fault.guarded.name
+    in_phases = name.startswith("fixtures.") or name.rsplit(".", 1)[-1] in PHASE_HOOKS
+    return not (in_phases or _in_a_test_process(fault))
+
+
 def fault_sessions() -> list[tuple[Fault, ...]]:
-    """Every fault, in sessions that share no part of the plugin: in one session each fault
-    turns off its own part only, so each fires and is warned once. Faults that knock out the
-    tests asking for their part share sessions only with each other."""
-    faults = _faults()
+    """Every fault of the session's own process, in sessions that share no part of the plugin:
+    in one session each fault turns off its own part only, so each fires and is warned once.
+    Faults that knock out the tests asking for their part share sessions only with each other.
+    (In a test process, each fault has one of its own: ``test_a_failure_of_our_code_in_a_test
+    _process_never_changes_an_outcome``.)"""
+    faults = [fault for fault in _faults() if not _in_a_test_process(fault)]
     shared = [fault for fault in faults if not fault.guarded.name.startswith(ALONE)]
     return (
         [(fault,) for fault in faults if fault not in shared]
@@ -182,11 +213,6 @@ class TestCase(unittest.TestCase):
         assert threading.current_thread().name == "cudagraph-thread-0"
 
 
-@pytest.mark.cudagraph_subprocess
-def test_in_a_process():
-    assert os.getpid() != int(os.environ["SESSION_PID"])
-
-
 def test_leaks():
     ic.max_autotune = True
 
@@ -200,15 +226,34 @@ def test_config_fixtures(inductor_config, dynamo_config):
 def test_cudagraphs(cudagraphs):
     assert ic.triton.cudagraphs is True
 """
+MARKED_TEST = """
+
+@pytest.mark.cudagraph_subprocess
+def test_in_a_process():
+    assert os.getpid() != int(os.environ["SESSION_PID"])
+"""
 PLAIN = ("test_plain", "test_leaks")  # they ask nothing of the plugin, without a suite option
-TESTS = 7
+TESTS = 6
 WARNING = "CudagraphGuardWarning: cudagraph_guard internal error in "
 
 
+def _tests_with_a_fault_in_their_process(faults: list[Fault]) -> str:
+    """One marked test per fault, the fault set in its own test process only."""
+    return "".join(
+        f"\n\n@pytest.mark.cudagraph_subprocess(env={{{FAULT_VARIABLE!r}: {fault.spec!r}}})\n"
+        f"def test_fault_in_its_process_{i}():\n    pass\n"
+        for i, fault in enumerate(faults)
+    )
+
+
 def _run_suite(
-    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fault: str | None, *args: str
+    ourtester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str | None,
+    *args: str,
+    suite: str = SUITE,
 ) -> tuple[pytest.RunResult, dict[str, Any]]:
-    ourtester.makepyfile(test_suite=SUITE)
+    ourtester.makepyfile(test_suite=suite)
     monkeypatch.setenv("SESSION_PID", str(os.getpid()))
     in_threads = "--cudagraph-threads=1" in args
     monkeypatch.setenv("PLAIN_THREAD", "cudagraph-thread-0" if in_threads else "MainThread")
@@ -257,40 +302,74 @@ def test_a_failure_of_our_code_never_changes_an_outcome(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, faults: tuple[Fault, ...]
 ) -> None:
     suite_args = tuple(dict.fromkeys(arg for f in faults for arg in _suite_args(f.guarded)))
+    marked = any(map(_meets_a_marked_test_here, faults))
     spec = ",".join(fault.spec for fault in faults)
-    result, outcomes = _run_suite(ourtester, monkeypatch, spec, *suite_args)
+    suite = SUITE + MARKED_TEST if marked else SUITE
+    result, outcomes = _run_suite(ourtester, monkeypatch, spec, *suite_args, suite=suite)
     output = result.stdout.str()
-    assert len(outcomes) == TESTS, output
-    in_a_test_process = faults[0].guarded.name.startswith("isolation.child.")
+    assert len(outcomes) == TESTS + marked, output
     changes_the_suite = any(fault.guarded.name.startswith("suite.") for fault in faults)
-    names = ["cudagraph_guard could not run this test as "]
-    if in_a_test_process:
-        names.append("PluginFailure: cudagraph_guard: ")
-    for name, (outcome, texts) in outcomes.items():
-        if outcome == "passed":
-            continue
-        assert changes_the_suite or name not in PLAIN, output
-        for text in texts:
-            named = any(words in text for words in names)
-            assert named, f"{name} {outcome} without naming the plugin:\n{output}"
+    _assert_named_or_passed(outcomes, output, plain_pass=not changes_the_suite)
     warnings = _warnings(output)
-    if in_a_test_process:
-        assert len(warnings) <= 1, output
-    else:
-        assert len(warnings) == len(faults), output
-        for fault in faults:
-            warned = [warning for warning in warnings if fault.raised in warning]
-            assert len(warned) == 1, f"{fault.spec} warned {len(warned)} times:\n{output}"
+    assert len(warnings) == len(faults), output
+    for fault in faults:
+        warned = [warning for warning in warnings if fault.raised in warning]
+        assert len(warned) == 1, f"{fault.spec} warned {len(warned)} times:\n{output}"
     if (ourtester.path / "r.json").exists():
         records = read_report(ourtester.path / "r.json")["tests"]
         assert {r["nodeid"].split("::")[-1] for r in records} <= set(outcomes)
 
 
+def _assert_named_or_passed(outcomes: dict[str, Any], output: str, *, plain_pass: bool) -> None:
+    """Every test passed, or each of its failed phases names the plugin."""
+    names = ("cudagraph_guard could not run this test as ", "PluginFailure: cudagraph_guard: ")
+    for name, (outcome, texts) in outcomes.items():
+        if outcome == "passed":
+            continue
+        assert not plain_pass or name not in PLAIN, output
+        for text in texts:
+            named = any(words in text for words in names)
+            assert named, f"{name} {outcome} without naming the plugin:\n{output}"
+
+
+def test_a_failure_of_our_code_in_a_test_process_never_changes_an_outcome(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each fault in the process of a marked test of its own (the marker's ``env``), none in
+    the session's own process: all in one session, one test process each."""
+    faults = _faults()
+    suite = SUITE + _tests_with_a_fault_in_their_process(faults)
+    result, outcomes = _run_suite(
+        ourtester, monkeypatch, None, "-o", "cudagraph_spares=0", suite=suite
+    )
+    output = result.stdout.str()
+    assert len(outcomes) == TESTS + len(faults), output
+    _assert_named_or_passed(outcomes, output, plain_pass=True)
+    failed = {name for name, (outcome, _) in outcomes.items() if outcome != "passed"}
+    # Each fault is in its own test's process: where it is in the process's link to the
+    # session, that test, and only that one of the suite's, cannot run.
+    essential = {
+        f"test_fault_in_its_process_{i}" for i, f in enumerate(faults) if f.guarded.essential
+    }
+    assert essential, output
+    assert essential <= failed, output
+    assert failed <= {f"test_fault_in_its_process_{i}" for i in range(len(faults))}, output
+    warnings = _warnings(output)  # a test process's warning may stay there: once at most
+    assert len(warnings) <= len(faults), output
+    for fault in faults:
+        warned = [warning for warning in warnings if fault.raised in warning]
+        assert len(warned) <= 1, f"{fault.spec} warned {len(warned)} times:\n{output}"
+
+
 def test_the_fault_sessions_make_each_fault_once_and_share_no_part() -> None:
     sessions = fault_sessions()
     made = [fault for faults in sessions for fault in faults]
-    assert sorted(made) == sorted(_faults())
+    assert sorted(made) == sorted(f for f in _faults() if not _in_a_test_process(f))
     assert len(made) == len(set(made))
+    in_xdist = [fault for faults in xdist_fault_sessions() for fault in faults]
+    assert sorted(in_xdist) == sorted(_faults(under_xdist=True))
+    for faults in xdist_fault_sessions():
+        assert len({fault.guarded.loss for fault in faults}) == len(faults)
     for faults in sessions:
         parts = [_part(fault.guarded) for fault in faults]
         assert len(faults) == 1 or len(parts) == len(set(parts))
@@ -300,9 +379,9 @@ def test_the_fault_sessions_make_each_fault_once_and_share_no_part() -> None:
 def test_without_a_fault_every_test_passes_where_it_asked_to_run(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result, outcomes = _run_suite(ourtester, monkeypatch, None)
+    result, outcomes = _run_suite(ourtester, monkeypatch, None, suite=SUITE + MARKED_TEST)
     assert outcomes == {name: ("passed", []) for name in outcomes}, result.stdout.str()
-    assert len(outcomes) == TESTS
+    assert len(outcomes) == TESTS + 1
     assert WARNING not in result.stdout.str()
 
 
@@ -323,13 +402,21 @@ def test_after():
 """
 
 
-@pytest.mark.parametrize("fault", _faults(under_xdist=True), ids=lambda fault: fault.spec)
+def xdist_fault_sessions() -> list[tuple[Fault, ...]]:
+    """The xdist hooks' faults, sharing sessions where what they turn off differs (a failure
+    stops the code of its own loss only, so each fires)."""
+    return _by_part(_faults(under_xdist=True), lambda guarded: guarded.loss)
+
+
+@pytest.mark.parametrize(
+    "faults", xdist_fault_sessions(), ids=lambda faults: "+".join(f.spec for f in faults)
+)
 def test_a_failure_of_our_code_in_an_xdist_hook_never_changes_an_outcome(
-    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fault: Fault
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, faults: tuple[Fault, ...]
 ) -> None:
-    """A worker's crash and the tests around it end as they do without the fault."""
+    """A worker's crash and the tests around it end as they do without the faults."""
     ourtester.makepyfile(test_crash=XDIST_SUITE)
-    monkeypatch.setenv(FAULT_VARIABLE, fault.spec)
+    monkeypatch.setenv(FAULT_VARIABLE, ",".join(fault.spec for fault in faults))
     result = ourtester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-n", "1", "--cudagraph-report=json:r.json"
     )

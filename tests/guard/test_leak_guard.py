@@ -273,7 +273,7 @@ def test_same_warnings_under_xdist(ourtester: pytest.Pytester) -> None:
             dc.suppress_errors = True
         """,
     )
-    result = ourtester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result = ourtester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=3, warnings=2)
     result.stdout.fnmatch_lines_random(
         [

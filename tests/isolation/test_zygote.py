@@ -26,32 +26,6 @@ def _site_whose_zygote_cannot_fork(ourtester: pytest.Pytester) -> Path:
     return site
 
 
-def test_a_zygote_that_cannot_fork_safely_gives_way_to_spawned_interpreters(
-    ourtester: pytest.Pytester,
-) -> None:
-    site = _site_whose_zygote_cannot_fork(ourtester)
-    ourtester.makepyfile(
-        f"""
-        import os
-        import pytest
-        import torch._inductor.config as inductor
-
-        @pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
-        def test_spawned():
-            assert os.getppid() == {os.getpid()}
-            assert inductor.triton.cudagraphs is True
-        """
-    )
-    result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
-    result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(
-        [
-            "*CudagraphGuardWarning: cudagraph_subprocess: the zygote would not fork: the zygote "
-            "has * OS threads; each marked test now starts a fresh interpreter instead*"
-        ]
-    )
-
-
 def test_a_thread_pool_that_stops_before_fork_does_not_cost_the_zygote(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -312,20 +286,30 @@ def test_forked(n):
     result.assert_outcomes(passed=3)
 
 
-def test_a_spawned_test_process_holds_no_parent_only_module_and_no_second_copy(
+def test_a_zygote_that_cannot_fork_safely_gives_way_to_spawned_interpreters(
     ourtester: pytest.Pytester,
 ) -> None:
+    """The spawned test process, like a forked one, holds no parent-only module and no second
+    copy of one (one session for both: each spawned interpreter imports torch afresh)."""
     site = _site_whose_zygote_cannot_fork(ourtester)
     ourtester.makepyfile(
         LOADS_ONLY_WHAT_IT_NEEDS
         + f"""
 import pytest
+import torch._inductor.config as inductor
 
 @pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
 def test_spawned():
     assert os.getppid() == {os.getpid()}
+    assert inductor.triton.cudagraphs is True
     check_modules()
 """
     )
-    result = ourtester.runpytest()
+    result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
     result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*CudagraphGuardWarning: cudagraph_subprocess: the zygote would not fork: the zygote "
+            "has * OS threads; each marked test now starts a fresh interpreter instead*"
+        ]
+    )

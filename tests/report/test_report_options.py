@@ -173,7 +173,7 @@ def test_records_reach_junit_xml(ourtester: pytest.Pytester) -> None:
 
 def test_the_same_records_under_xdist(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(test_suite=SUITE)
-    plain = ourtester.runpytest_subprocess(
+    plain = ourtester.runpytest_inprocess(
         "-p", "no:cacheprovider", "--cudagraph-report=json:a.json"
     )
     plain.assert_outcomes(passed=4)

@@ -47,7 +47,7 @@ def test_a_crashed_worker_is_a_record_as_a_dead_test_process_is(
 ) -> None:
     ourtester.makepyfile(test_suite=SUITE)
     spread = ourtester.runpytest_subprocess(
-        "-n", "2", "-p", "no:cacheprovider", "--cudagraph-report=json:spread.json"
+        "-n", "1", "-p", "no:cacheprovider", "--cudagraph-report=json:spread.json"
     )
     spread.assert_outcomes(passed=2, failed=2)
     output = spread.stdout.str()
@@ -83,7 +83,7 @@ def test_a_crashed_worker_is_a_record_as_a_dead_test_process_is(
         f"test process died with SIGSEGV (signal 11); {COMPILING}"
     )
 
-    serial = ourtester.runpytest_subprocess(
+    serial = ourtester.runpytest_inprocess(
         "--cudagraph-subprocess", "-p", "no:cacheprovider", "--cudagraph-report=json:serial.json"
     )
     serial.assert_outcomes(passed=2, failed=2)
