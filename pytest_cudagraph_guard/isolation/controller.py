@@ -166,6 +166,7 @@ def child_request(
         "cuda_ahead": session.cuda_ahead,
         "spares": session.spares,
         "init_cuda": False,
+        "timeout": options.timeout,
     }
 
 

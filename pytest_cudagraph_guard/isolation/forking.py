@@ -19,11 +19,8 @@ from pathlib import Path
 from .protocol import CHILD_CRASH_EXIT, STDERR_NAME, STDOUT_NAME, ChildRequest
 
 CUDA_ERROR_NOT_INITIALIZED = 3
-# How long a zygote that is ending waits for test processes that said they were done to end
-# their sessions (a conftest's pytest_sessionfinish, say) before it kills them; under the wait
-# of the parent for the zygote itself (pool.ZYGOTE_CLOSE_TIMEOUT_S).
-EXITING_GRACE_S = 5.0
 REAP_POLL_S = 0.01
+PID_POLL_S = 0.01  # where the kernel gives no pidfd to wait on
 # How a test process runs its test: from its request's path, or, a spare, from the request it
 # sets up as and the pipe on which it learns its test.
 # Each also gets the pipe on which it says, once it has written its last result, its exit code.
@@ -156,16 +153,19 @@ def _redirect_stdio(folder: Path) -> None:
         os.close(target)
 
 
-def wait_child(process: TestProcess, requests: int) -> tuple[bool, int] | None:
+def wait_child(process: TestProcess, requests: int, exiting: Exiting) -> tuple[bool, int] | None:
     """(still exiting, wait status) of a test process once it has said it is done (its exit
-    code as a wait status) or has ended; None if the parent went away first."""
+    code as a wait status) or has ended; None if the parent went away first. Meanwhile those
+    in ``exiting`` past their deadlines are killed."""
     pid = process.pid
     pidfd = _pidfd(pid)
     done: int | None = process.done
     try:
         while True:
             watched = [requests] + [fd for fd in (pidfd, done) if fd is not None]
-            ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 0.01)
+            ready, _, _ = select.select(watched, [], [], _wait_at_most(pidfd, exiting))
+            if not ready:
+                exiting.reap()
             if done is not None and done in ready:
                 said = os.read(done, 64).strip()
                 if said.lstrip(b"-").isdigit():
@@ -186,35 +186,60 @@ def wait_child(process: TestProcess, requests: int) -> tuple[bool, int] | None:
 class Exiting:
     """Test processes that said they were done and are still ending (their session's last
     hooks, a CUDA context's teardown): reaped, and their groups ended, off the next test's
-    critical path."""
+    critical path. Each may end until its deadline (its test's timeout, counted from its
+    start), as it could before it said it was done; one past it is killed."""
 
     def __init__(self) -> None:
-        self.pids: set[int] = set()
+        self.deadlines: dict[int, float] = {}  # pid: time.monotonic() deadline
+        self._ended: list[tuple[int, int]] = []
 
-    def reap(self) -> list[tuple[int, int]]:
-        """Those that have ended since, each with its wait status."""
-        reaped = []
-        for pid in list(self.pids):
+    def add(self, pid: int, deadline: float) -> None:
+        self.deadlines[pid] = deadline
+
+    def reap(self) -> None:
+        """Waits for those that have ended, and kills those past their deadlines."""
+        now = time.monotonic()
+        for pid, deadline in list(self.deadlines.items()):
+            if deadline <= now:
+                kill_child(pid)
             try:
-                ended, status = os.waitpid(pid, os.WNOHANG)
+                ended, status = os.waitpid(pid, 0 if deadline <= now else os.WNOHANG)
             except ChildProcessError:
                 ended, status = pid, 0
             if ended:
-                kill_group(pid)
-                self.pids.discard(pid)
-                reaped.append((pid, status))
-        return reaped
+                kill_group(pid)  # what it left behind in its group goes with it
+                del self.deadlines[pid]
+                self._ended.append((pid, status))
 
-    def end(self, grace: float = EXITING_GRACE_S) -> None:
-        """Lets those still ending finish for at most ``grace`` seconds, then kills the rest."""
-        deadline = time.monotonic() + grace
-        while self.reap() or (self.pids and time.monotonic() < deadline):
+    def take_ended(self) -> list[tuple[int, int]]:
+        """Those reaped since the last call, each with its wait status."""
+        ended, self._ended = self._ended, []
+        return ended
+
+    def next_deadline(self) -> float | None:
+        return min(self.deadlines.values(), default=None)
+
+    def end(self, *, wait: bool) -> list[tuple[int, int]]:
+        """Reaps them all: with ``wait``, each once it has ended or its deadline has passed;
+        else at once, killed. Those reaped, with their wait statuses."""
+        if not wait:
+            for pid in self.deadlines:
+                self.deadlines[pid] = 0.0
+        self.reap()
+        while self.deadlines:
             time.sleep(REAP_POLL_S)
-        for pid in self.pids:
-            kill_child(pid)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-        self.pids.clear()
+            self.reap()
+        return self.take_ended()
+
+
+def _wait_at_most(pidfd: int | None, exiting: Exiting) -> float | None:
+    """How long ``wait_child`` may wait for a line or an end: polling without a pidfd, and no
+    longer than the next deadline of a process still ending."""
+    deadline = exiting.next_deadline()
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if pidfd is None:
+        left = PID_POLL_S if left is None else min(left, PID_POLL_S)
+    return left
 
 
 def _pidfd(pid: int) -> int | None:

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from .pool import SubprocessRunner
 
 _PROCESSES = _torch.Loss("cudagraph_subprocess", "running marked tests in processes of their own")
+_ENDING = _torch.Loss(
+    "cudagraph_subprocess", "the test processes' session ends waited for at the session's end"
+)
 _isolation_key = pytest.StashKey["IsolationPlugin"]()
 
 
@@ -77,6 +80,14 @@ class IsolationPlugin:
             set_up_next=set_up_next,
         )
         return True
+
+    @pytest.hookimpl(tryfirst=True)
+    @ours(_ENDING)
+    def pytest_sessionfinish(self, exitstatus: int | pytest.ExitCode) -> None:
+        """Before the session's own end: its test processes end theirs (an interrupted session
+        ends them at once)."""
+        if self._runner is not None:
+            self._runner.finish(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
 
     def prestart(self) -> None:
         """Starts the session's first test process ahead, so that its imports overlap those of

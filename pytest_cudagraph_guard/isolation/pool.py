@@ -30,13 +30,14 @@ from .protocol import (
     ChildRequest,
     LineReader,
     Reply,
+    end_line,
     parse_reply,
     run_line,
 )
 
 ENTRY_MODULE: Final = __package__
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
-# Longer than a zygote's wait for its test processes' sessions to end (forking.EXITING_GRACE_S).
+# How long a zygote may take to end, beyond its test processes' own ends.
 ZYGOTE_CLOSE_TIMEOUT_S: Final = 10.0
 STACKS_GRACE_S: Final = 2.0
 REAP_TIMEOUT_S: Final = 30.0
@@ -89,6 +90,7 @@ class Zygote:
         self.ready: bool | None = None
         self.notices: list[str] = []  # for the user, once each
         self.ending: dict[int, Path] = {}  # folders of test processes done but maybe not ended
+        self.longest_timeout = 0.0  # of the tests it ran: how long one may take to end
         assert self.process.stdout is not None
         self._replies = LineReader(self.process.stdout.fileno())
 
@@ -148,12 +150,18 @@ class Zygote:
         stderr = last_lines(self.log_path.read_text(errors="replace"))
         return f"exit code {self.process.returncode}; its stderr ends with:\n{stderr}"
 
-    def close(self) -> None:
+    def close(self, *, wait: bool) -> None:
+        """Ends the zygote; with ``wait``, once its test processes that said they were done
+        have ended their sessions (each within its test's timeout); else at once."""
+        if wait:
+            self._send(end_line())
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
         try:
-            self.process.wait(timeout=ZYGOTE_CLOSE_TIMEOUT_S)
+            self.process.wait(
+                timeout=ZYGOTE_CLOSE_TIMEOUT_S + (self.longest_timeout if wait else 0.0)
+            )
         except subprocess.TimeoutExpired:
             with contextlib.suppress(OSError):
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -161,6 +169,9 @@ class Zygote:
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.log.close()
+        for folder in self.ending.values():  # their processes ended with the zygote
+            shutil.rmtree(folder, ignore_errors=True)
+        self.ending.clear()
 
     def _send(self, line: str) -> bool:
         assert self.process.stdin is not None
@@ -197,6 +208,7 @@ class SubprocessRunner:
             pickle.dump(request, file)
         if self._spawn_reason is None:
             zygote = self._zygote(request["env"])
+            zygote.longest_timeout = max(zygote.longest_timeout, timeout)
             started = zygote.start(request_path)
             if isinstance(started, int):
                 return self._wait_zygote_child(zygote, started, folder, timeout)
@@ -210,8 +222,14 @@ class SubprocessRunner:
         else:
             shutil.rmtree(outcome.folder, ignore_errors=True)
 
+    def finish(self, *, wait: bool) -> None:
+        """The session's tests are done: its zygotes end; with ``wait``, once their test
+        processes have ended their sessions, so that this session's own end comes after
+        theirs."""
+        self._close_zygotes(wait=wait)
+
     def close(self) -> None:
-        self._close_zygotes()
+        self._close_zygotes(wait=False)
         self.folder.close()
 
     # -- processes ---------------------------------------------------------------------------
@@ -223,7 +241,7 @@ class SubprocessRunner:
             if len(self._zygotes) >= MAX_ZYGOTES:
                 oldest = self._zygotes.pop(next(iter(self._zygotes)))
                 self._notices.extend(oldest.notices)
-                oldest.close()
+                oldest.close(wait=True)
             folder = self.folder.path
             log = folder / f"zygote-{len(self._zygotes)}-{time.monotonic_ns()}.log"
             zygote = Zygote(_zygote_env(env), log, folder)
@@ -247,12 +265,12 @@ class SubprocessRunner:
             f"cudagraph_subprocess: {reason}; each marked test now starts a fresh interpreter "
             "instead (slower, as fresh)"
         )
-        self._close_zygotes()
+        self._close_zygotes(wait=True)
 
-    def _close_zygotes(self) -> None:
+    def _close_zygotes(self, *, wait: bool) -> None:
         for zygote in self._zygotes.values():
             self._notices.extend(zygote.notices)
-            zygote.close()
+            zygote.close(wait=wait)
         self._zygotes.clear()
 
     def _wait_zygote_child(

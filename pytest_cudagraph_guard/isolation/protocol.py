@@ -2,8 +2,10 @@
 test's folder, the request, and the lines on the zygote's pipes. Standard library only, so that
 every side can read it without loading the others.
 
-Parent to zygote, one line per request: ``run REQUEST_PATH``; closing the pipe ends the zygote
-(and kills a test process still running). Zygote to parent: ``ready PID``, then per request
+Parent to zygote, one line per request: ``run REQUEST_PATH``; then ``end``, on which the zygote
+lets the test processes that said they were done end their sessions (each until its test's
+timeout) and exits. Closing the pipe without it ends the zygote at once, killing every test
+process still running. Zygote to parent: ``ready PID``, then per request
 ``started PID``, then ``done PID STATUS`` as soon as the test process has written its last
 result (its session may still be ending) or ``exited PID STATUS`` when it ended before (STATUS
 as ``os.waitpid`` gives it), or ``nofork REASON`` when forking is no longer safe; at any time,
@@ -33,6 +35,7 @@ JOURNAL_NAME: Final = "journal"  # the test's CUDA-graph activity (core.journal)
 CHILD_CRASH_EXIT: Final = 3
 
 RUN: Final = "run"
+END: Final = "end"
 ReplyKind = Literal["ready", "started", "exited", "done", "nofork", "notice"]
 
 
@@ -61,6 +64,7 @@ class ChildRequest(TypedDict):
     cuda_ahead: bool  # a spare may initialise CUDA before its test (ini cudagraph_cuda_ahead)
     spares: int | None  # how many spares the zygote keeps (ini cudagraph_spares); None: auto
     init_cuda: bool  # set by the zygote in a spare's request: initialise CUDA before the test
+    timeout: float  # the test's: how long its process may live, its session's end included
 
 
 # A test report as ``pytest_report_to_serializable`` makes it: pytest's own JSON.
@@ -113,6 +117,10 @@ def child_sys_path(request: ChildRequest) -> list[str]:
 
 def run_line(request_path: str | Path) -> str:
     return f"{RUN} {request_path}"
+
+
+def end_line() -> str:
+    return END
 
 
 def parse_run(line: str) -> str | None:

@@ -7,8 +7,9 @@ the next one will need (and whether it used CUDA), which the zygote loads before
 Where the request says the next test is marked too, the zygote also forks spares
 (:mod:`.spares`), which set up their sessions while the test runs and take the next requests if
 their context matches. A test process says it is done once its test has finished, as its
-session starts to finish: the next test starts then, while it ends its session and exits, and it
-is reaped later; a zygote that ends gives those still ending a few seconds.
+session starts to finish: the next test starts then, while it ends its session and exits, until
+its test's timeout at most; it is reaped when the next test is asked for, or when the zygote
+ends.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pickle
 import shutil
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -35,6 +37,7 @@ from .forking import (
 )
 from .preloads import PRELOAD_FIRST, PRELOAD_FOR_COMPILING, needed_modules, trusted
 from .protocol import (
+    END,
     SESSION_FOLDER_PREFIX,
     ChildRequest,
     LineReader,
@@ -116,11 +119,11 @@ def serve() -> NoReturn:
     pipes = _Pipes(requests, replies)
     children = _Children(Spares(replies, run_spare), Exiting())
     learner = Learner(preloads)
-    while (line := requests.next()) is not None:
+    while (line := requests.next()) is not None and line != END:
         request_path = parse_run(line)
         if request_path is not None:
             _serve_one(request_path, pipes, learner, children, run_child)
-    _exit(children)
+    _exit(children, wait=line == END)
 
 
 @dataclass
@@ -147,19 +150,20 @@ def _serve_one(
             return
         process = fork_test_process(pipes.replies, request_path, run_child)
     pid = process.pid
+    deadline = time.monotonic() + (request["timeout"] if request is not None else 0.0)
     send_line(pipes.replies, started_line(pid))
     if request is not None:
         sys.path[:] = child_sys_path(request)  # to import what its test processes would
         learner.load(request["session_modules"])  # while the test process starts
         spares.fork(request)
-    ended = wait_child(process, pipes.requests.fd)
+    ended = wait_child(process, pipes.requests.fd, children.exiting)
     if ended is None:  # the parent is gone: so is the test
         kill_child(pid)
         os.waitpid(pid, 0)
-        _exit(children)
+        _exit(children, wait=False)
     exiting, status = ended
     if exiting:
-        children.exiting.pids.add(pid)  # its folders stay until it has ended
+        children.exiting.add(pid, deadline)  # its folders stay until it has ended
     else:
         spares.finished(pid)
     # Before the parent removes the folder.
@@ -181,7 +185,8 @@ class _Children:
 def _reap_exiting(children: _Children, replies: int) -> None:
     """Test processes that said they were done and have ended since: the parent may now remove
     their folders, as the zygote removes their spares' folders."""
-    for pid, status in children.exiting.reap():
+    children.exiting.reap()
+    for pid, status in children.exiting.take_ended():
         children.spares.finished(pid)
         send_line(replies, exited_line(pid, status))
 
@@ -195,9 +200,12 @@ def _request(request_path: str) -> ChildRequest | None:
     return request if isinstance(request, dict) else None
 
 
-def _exit(children: _Children) -> NoReturn:
+def _exit(children: _Children, *, wait: bool) -> NoReturn:
+    """Ends the zygote; with ``wait``, once the test processes still ending have ended (or
+    reached their deadlines)."""
     children.spares.discard()
-    children.exiting.end()
+    for pid, _ in children.exiting.end(wait=wait):
+        children.spares.finished(pid)
     _leave_no_files()
     os._exit(0)
 

@@ -57,6 +57,7 @@ def test_a_test_process_path_adds_the_markers_pythonpath_after_the_first_entry()
         "cuda_ahead": True,
         "spares": None,
         "init_cuda": False,
+        "timeout": 300.0,
     }
     assert protocol.child_sys_path(request) == ["", "/extra", "/lib"]
 

@@ -4,6 +4,7 @@ sets up its pytest session, then waits for its test. Real sessions, real process
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import pytest
@@ -270,12 +271,17 @@ def test_3():
     result.stdout.no_fnmatch_line("*test_b.py::test_2 leaked*")
 
 
-# Each test process logs when its test ran and when its session's end began and ended.
+# Each test process logs when its test ran, with its tmp_path, and when its session ended,
+# whether its tmp_path was still there then (test_1's, after the next test has started); the
+# session logs its own end. test_2 waits for test_1's process to end, test_3 for its tmp_path
+# to go.
 ENDING_CONFTEST = """
 import os
 import time
 
-SESSION = os.environ.setdefault("SESSION_PID", str(os.getpid()))
+import pytest
+
+SESSION = os.environ["SESSION_PID"]
 ran = []
 
 def log(line):
@@ -287,42 +293,76 @@ def pytest_configure(config):
         log(f"process {os.getpid()}")
 
 def pytest_runtest_call(item):
-    ran.append(item.name)
-    log(f"ran {item.name}")
+    tmp_path = item.funcargs["tmp_path"]  # in a folder of its process's, kept while it lives
+    ran.append((item.name, tmp_path / "kept"))
+    ran[0][1].write_text("yes")
+    log(f"ran {item.name} {os.getpid()} {tmp_path}")
 
 def pytest_sessionfinish(session):
-    if str(os.getpid()) != SESSION and ran:
-        time.sleep(1.5 if ran == ["test_1"] else 0.5)
-        log(f"ended {ran[0]}")
+    if str(os.getpid()) == SESSION:
+        log("session ended")
+    elif ran:
+        [(name, kept)] = ran
+        time.sleep(3 if name == "test_1" else 0.3)
+        log(f"ended {name}, tmp_path {'kept' if kept.exists() else 'gone'}")
+"""
+
+ENDING_TESTS = """
+import os
+import time
+import pytest
+
+pytestmark = pytest.mark.cudagraph_subprocess
+
+def ran(name):
+    for line in open(os.environ["ENDINGS"]).read().splitlines():
+        if line.startswith(f"ran {name} "):
+            return line.split()[2:]
+
+def wait_until(done):
+    deadline = time.monotonic() + 60
+    while not done():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+def test_1(tmp_path):
+    pass
+
+def ended(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+def test_2(tmp_path):
+    pid, _ = ran("test_1")
+    wait_until(lambda: ended(pid))
+
+def test_3(tmp_path):
+    _, tmp_path_of_1 = ran("test_1")
+    wait_until(lambda: not os.path.exists(tmp_path_of_1))  # since test_1's process ended
 """
 
 
 def test_the_next_test_starts_while_a_test_process_ends_its_session(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A test process says it is done once its test has finished: the next test runs while its
-    session ends, and the session waits for the last one to end its own."""
+    """A test process says it is done once its test has finished: the next test runs while it
+    ends its session, with its test's folder (its tmp_path) kept until it has ended. The
+    session ends after its test processes have ended theirs."""
     endings = ourtester.path / "endings.log"
     monkeypatch.setenv("ENDINGS", str(endings))
+    monkeypatch.setenv("SESSION_PID", str(os.getpid()))
     ourtester.makeconftest(ENDING_CONFTEST)
-    ourtester.makepyfile(
-        """
-        import pytest
-
-        pytestmark = pytest.mark.cudagraph_subprocess
-
-        def test_1():
-            pass
-
-        def test_2():
-            pass
-        """
-    )
+    ourtester.makepyfile(ENDING_TESTS)
     result = ourtester.runpytest("-o", "cudagraph_timeout=60")
-    result.assert_outcomes(passed=2)
-    lines = endings.read_text().splitlines()
-    assert lines.index("ran test_2") < lines.index("ended test_1")
-    assert "ended test_2" in lines  # the last test's process ended its session in full
+    result.assert_outcomes(passed=3)
+    lines = [line.split(" /")[0] for line in endings.read_text().splitlines()]
+    print("\n".join(lines))
+    started = [line for line in lines if line.startswith("ran ")]
+    assert lines.index(started[1]) < lines.index("ended test_1, tmp_path kept")
+    assert "ended test_3, tmp_path kept" in lines
+    assert lines[-1] == "session ended"
     processes = [int(line.split()[1]) for line in lines if line.startswith("process ")]
     assert all_gone(processes)
 
@@ -336,16 +376,28 @@ def _forked(seconds: float) -> int:
     return pid
 
 
-def test_an_ending_zygote_lets_test_processes_end_then_kills_those_that_do_not() -> None:
-    """What a zygote does, as it ends, with the test processes still ending their sessions (a
-    conftest's ``pytest_sessionfinish`` that never returns, say)."""
-    ending, hung = _forked(0.2), _forked(600)
+def test_test_processes_still_ending_end_by_their_deadlines() -> None:
+    """What a zygote does with the test processes that said they were done and are still
+    ending their sessions: each may end until its deadline, and is killed once past it."""
     exiting = Exiting()
-    exiting.pids.update((ending, hung))
-    exiting.end(grace=3.0)
-    assert exiting.pids == set()
-    assert not alive(ending)
-    assert not alive(hung)
-    for pid in (ending, hung):
+    ends, hangs = _forked(0.2), _forked(600)
+    exiting.add(ends, time.monotonic() + 60)
+    exiting.add(hangs, time.monotonic() + 1)
+    assert exiting.next_deadline() == exiting.deadlines[hangs]
+    statuses = dict(exiting.end(wait=True))
+    assert os.waitstatus_to_exitcode(statuses[ends]) == 7  # it ended by itself
+    assert os.waitstatus_to_exitcode(statuses[hangs]) == -signal.SIGKILL
+    assert exiting.deadlines == {}
+    for pid in (ends, hangs):
+        assert not alive(pid)
         with pytest.raises(ChildProcessError):  # waited for: no zombie is left
             os.waitpid(pid, os.WNOHANG)
+
+
+def test_an_ending_that_does_not_wait_kills_them_at_once() -> None:
+    exiting = Exiting()
+    ends_later = _forked(600)
+    exiting.add(ends_later, time.monotonic() + 600)
+    [(pid, status)] = exiting.end(wait=False)
+    assert pid == ends_later
+    assert os.waitstatus_to_exitcode(status) == -signal.SIGKILL
