@@ -2,8 +2,8 @@
 under the one guard (``core.ours``): made to fail (``PYTEST_CUDAGRAPH_GUARD_FAULT``) before or
 after its ``yield``, no test's outcome changes, one ``CudagraphGuardWarning`` says so, and a test
 that asked for what the failed code does fails naming the plugin, never passing silently. Faults
-of different parts of the plugin share a session (each part turns off alone, so each fault fires
-and is warned once). In a test process, each fault has a marked test of its own, all in one
+of different parts of the plugin (what a failure turns off: its loss) share a session (each part
+turns off alone, so each fault fires and is warned once). In a test process, each fault has a marked test of its own, all in one
 session; a session of the faults of the session's own process has a marked test where one of
 its faults meets one there (each session's first test process costs a zygote's torch)."""
 
@@ -123,15 +123,16 @@ ALONE = (
 )
 
 
-def _part(guarded: Guarded) -> str:
-    """The part of the plugin a failure turns off, or that must run for the code to run at all:
-    the fixtures count as one, since a test that asks for several stops at the first that
-    fails; the crash journal is written for tests in processes of their own only."""
+def _part(guarded: Guarded) -> object:
+    """The part of the plugin a failure turns off (its loss: a failure stops and is warned once
+    per loss), or that must run for the code to run at all: the fixtures count as one, since a
+    test that asks for several stops at the first that fails; the crash journal is written for
+    tests in processes of their own only."""
     if guarded.name.startswith("fixtures."):
         return "fixtures"
     if guarded.name.startswith("report.crash_journal."):
         return "cudagraph_subprocess"
-    return guarded.loss.feature
+    return guarded.loss
 
 
 def _knocks_out(fault: Fault) -> bool:
@@ -412,7 +413,7 @@ def test_after():
 def xdist_fault_sessions() -> list[tuple[Fault, ...]]:
     """The xdist hooks' faults, sharing sessions where what they turn off differs (a failure
     stops the code of its own loss only, so each fires)."""
-    return _by_part(_faults(under_xdist=True), lambda guarded: guarded.loss)
+    return _by_part(_faults(under_xdist=True), lambda guarded: guarded.loss)  # none special
 
 
 @pytest.mark.parametrize(

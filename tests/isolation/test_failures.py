@@ -58,37 +58,28 @@ def crashes(ourtester: pytest.Pytester) -> pytest.Pytester:
     return ourtester
 
 
-@pytest.mark.parametrize(
-    ("test", "fatal", "line"),
-    [
-        ("test_aborts", "Fatal Python error: Aborted", 9),
-        ("test_segfaults", "Fatal Python error: Segmentation fault", 12),
-    ],
-)
-def test_a_crash_reads_in_one_screen_with_its_stack_once(
-    crashes: pytest.Pytester, test: str, fatal: str, line: int
-) -> None:
-    result = crashes.runpytest("-k", test)
-    result.assert_outcomes(failed=1)
-    output = result.stdout.str()
-    failure = failure_of(output, test)
-    text = "\n".join(failure)
-    assert len(failure) <= SCREEN, text
-    assert "cudagraph_subprocess: test process died with SIG" in text
-    assert text.count(fatal) == 1
-    assert text.count(f"line {line} in {test}") == 1
-    assert "frames of pytest and its plugins: hidden, --full-trace shows them" in text
-    assert not plugin_frames(failure), text
-    assert "last lines of its stderr" not in text
-    assert "Extension modules" not in text
-
-
-def test_a_timeout_reads_in_one_screen_with_the_stacks_still_running(
+def test_crashes_and_a_timeout_read_in_one_screen_each_with_its_stack_once(
     crashes: pytest.Pytester,
 ) -> None:
-    result = crashes.runpytest("-k", "test_hangs")
-    result.assert_outcomes(failed=1)
-    failure = failure_of(result.stdout.str(), "test_hangs")
+    """One session for the three: each test's failure is its own screen."""
+    result = crashes.runpytest()
+    result.assert_outcomes(failed=3)
+    output = result.stdout.str()
+    for test, fatal, line in (
+        ("test_aborts", "Fatal Python error: Aborted", 9),
+        ("test_segfaults", "Fatal Python error: Segmentation fault", 12),
+    ):
+        failure = failure_of(output, test)
+        text = "\n".join(failure)
+        assert len(failure) <= SCREEN, text
+        assert "cudagraph_subprocess: test process died with SIG" in text
+        assert text.count(fatal) == 1
+        assert text.count(f"line {line} in {test}") == 1
+        assert "frames of pytest and its plugins: hidden, --full-trace shows them" in text
+        assert not plugin_frames(failure), text
+        assert "last lines of its stderr" not in text
+        assert "Extension modules" not in text
+    failure = failure_of(output, "test_hangs")
     text = "\n".join(failure)
     assert len(failure) <= SCREEN, text
     assert "test process timed out after 3 s" in text
