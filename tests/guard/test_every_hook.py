@@ -3,9 +3,10 @@ under the one guard (``core.ours``): made to fail (``PYTEST_CUDAGRAPH_GUARD_FAUL
 after its ``yield``, no test's outcome changes, one ``CudagraphGuardWarning`` says so, and a test
 that asked for what the failed code does fails naming the plugin, never passing silently. Faults
 of different parts of the plugin (what a failure turns off: its loss) share a session (each part
-turns off alone, so each fault fires and is warned once). In a test process, each fault has a marked test of its own, all in one
-session; a session of the faults of the session's own process has a marked test where one of
-its faults meets one there (each session's first test process costs a zygote's torch)."""
+turns off alone, so each fault fires and is warned once). In a test process, each fault has a
+marked test of its own, all in one session; a session of the faults of the session's own process
+has a marked test where one of its faults meets one there (each session's first test process
+costs a zygote's torch)."""
 
 from __future__ import annotations
 
