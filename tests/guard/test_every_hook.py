@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pytest
@@ -142,13 +141,11 @@ def _knocks_out(fault: Fault) -> bool:
     return fault.guarded.honours is not None and fault.where == BEFORE
 
 
-def _by_part(
-    faults: list[Fault], part: Callable[[Guarded], object] = _part
-) -> list[tuple[Fault, ...]]:
+def _by_part(faults: list[Fault]) -> list[tuple[Fault, ...]]:
     """``faults`` in as few sessions as have no part twice."""
     by_part: dict[object, list[Fault]] = {}
     for fault in faults:
-        by_part.setdefault(part(fault.guarded), []).append(fault)
+        by_part.setdefault(_part(fault.guarded), []).append(fault)
     rounds = max(map(len, by_part.values()), default=0)
     return [tuple(part[i] for part in by_part.values() if i < len(part)) for i in range(rounds)]
 
@@ -378,7 +375,7 @@ def test_the_fault_sessions_make_each_fault_once_and_share_no_part() -> None:
     in_xdist = [fault for faults in xdist_fault_sessions() for fault in faults]
     assert sorted(in_xdist) == sorted(_faults(under_xdist=True))
     for faults in xdist_fault_sessions():
-        assert len({fault.guarded.loss for fault in faults}) == len(faults)
+        assert len({_part(fault.guarded) for fault in faults}) == len(faults)
     for faults in sessions:
         parts = [_part(fault.guarded) for fault in faults]
         assert len(faults) == 1 or len(parts) == len(set(parts))
@@ -412,9 +409,8 @@ def test_after():
 
 
 def xdist_fault_sessions() -> list[tuple[Fault, ...]]:
-    """The xdist hooks' faults, sharing sessions where what they turn off differs (a failure
-    stops the code of its own loss only, so each fires)."""
-    return _by_part(_faults(under_xdist=True), lambda guarded: guarded.loss)  # none special
+    """The xdist hooks' faults, sharing sessions where their parts differ, as the others do."""
+    return _by_part(_faults(under_xdist=True))
 
 
 @pytest.mark.parametrize(
