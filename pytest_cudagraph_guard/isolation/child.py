@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -34,6 +34,8 @@ from .protocol import (
     ChildRequest,
     child_sys_path,
     load_request,
+    parse_expect,
+    parse_run,
 )
 
 STACKS_SIGNAL = signal.SIGUSR1
@@ -168,7 +170,8 @@ def _switch_cudagraphs_on(child: SubprocessChild) -> None:
 class SubprocessChild:
     """The child session's plugin: narrows the parent's options to the one test and streams
     reports, collection errors and warnings back to the parent. A spare's session learns its
-    test from ``assignments`` once it is set up, before it collects."""
+    test from ``assignments`` once it is set up: at its collection, or after it where it was
+    told the test to collect ahead."""
 
     def __init__(
         self,
@@ -183,6 +186,7 @@ class SubprocessChild:
         self.config: pytest.Config | None = None
         self.ending: _Ending | None = None
         self.test_finished = False  # its teardown report is sent
+        self.unsent: list[ChildMessage] = []
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_LINK, essential=True, starts_session=True)
@@ -225,35 +229,51 @@ class SubprocessChild:
                 _stacks_stream[0].write(f"INTERNALERROR> {line}\n")
             _stacks_stream[0].flush()
 
-    @pytest.hookimpl(tryfirst=True)
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     @ours(_LINK, essential=True)
-    def pytest_collection(self, session: pytest.Session) -> None:
-        if self.assignments is not None:
-            self._wait_for_test()
+    def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
+        """A spare waits here for its test; told the test the parent runs next, it collects
+        that one meanwhile, then waits for its test (that one) before the session goes on,
+        whatever the collection did."""
+        if self.assignments is None:
+            return (yield)
+        assignments = os.fdopen(self.assignments, encoding="utf-8")
+        with assignments:
+            self._ready_before_the_test()
+            line = assignments.readline().strip()
+            expected = parse_expect(line)
+            if expected is None:
+                self._take_test(line)
+                self._select_test(session.config)
+                return (yield)
+            self.request["nodearg"] = expected
             self._select_test(session.config)
+            try:
+                return (yield)
+            finally:
+                self._take_test(assignments.readline().strip())
 
     def _select_test(self, config: pytest.Config) -> None:
         if self.request["nodearg"] is not None:  # a spare's is not known before its collection
             config.args = [self.request["nodearg"]]
 
-    def _wait_for_test(self) -> None:
-        assert self.assignments is not None
-        if self.request["init_cuda"]:
-            initialise_cuda()  # with the test's environment and the session's conftests in effect
-        self._ready_before_the_test()
-        with os.fdopen(self.assignments, encoding="utf-8") as assignments:
-            line = assignments.readline().strip()
-        if not line:
-            os._exit(0)  # not needed after all
-        self.request_path = Path(line)
+    def _take_test(self, line: str) -> None:
+        """The test of a ``run`` line; at the end of the pipe, the process is not needed."""
+        request_path = parse_run(line)
+        if request_path is None:
+            os._exit(0)
+        self.request_path = Path(request_path)
         test_request = load_request(self.request_path)
         self.request.update({**test_request, "basetemp": self.request["basetemp"]})
+        self._write_unsent()
 
     def _ready_before_the_test(self) -> None:
-        """What a spare can do before its test comes: the leak guard's baseline (kept where
-        collection changes nothing), and a collection of the set-up's garbage. Not gc.freeze():
-        the set-up's objects, the conftests' among them, must stay collectable, as they are in
-        a test process that was not set up ahead."""
+        """What a spare can do before it knows its test: CUDA's set-up, the leak guard's
+        baseline (kept where collection changes nothing), and a collection of the set-up's
+        garbage. Not gc.freeze(): the set-up's objects, the conftests' among them, must stay
+        collectable, as they are in a test process that was not set up ahead."""
+        if self.request["init_cuda"]:
+            initialise_cuda()  # with the test's environment and the session's conftests in effect
         session = plugin_session(self.config)
         if session is not None and session.take_baseline_early is not None:
             session.take_baseline_early()
@@ -336,11 +356,19 @@ class SubprocessChild:
             self.results = None
 
     def _send(self, message: ChildMessage) -> None:
+        self.unsent.append(message)
+        self._write_unsent()
+
+    def _write_unsent(self) -> None:
+        """Writes what is unsent to the test's results: a spare that collects ahead keeps what
+        it has to say until it has its test."""
+        if self.request["results"] is None or not self.unsent:
+            return
         if self.results is None:
-            results = self.request["results"]
-            assert results is not None  # a spare has its test's by the time it reports
-            self.results = Path(results).open("a", encoding="utf-8")  # noqa: SIM115
-        self.results.write(json.dumps(message, default=repr) + "\n")
+            self.results = Path(self.request["results"]).open("a", encoding="utf-8")  # noqa: SIM115
+        for message in self.unsent:
+            self.results.write(json.dumps(message, default=repr) + "\n")
+        self.unsent.clear()
         self.results.flush()
 
 

@@ -126,10 +126,11 @@ def run_protocol(
     set_up_next: bool,
 ) -> None:
     """Runs ``item`` in a test process and logs its reports here, as pytest's own protocol
-    would have. With ``set_up_next``, the next test's process is set up meanwhile."""
+    would have. With ``set_up_next``, the process of ``nextitem`` is set up meanwhile."""
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     folder = runner.folder.new_test_folder()
-    outcome = runner.run(child_request(item, options, set_up_next, folder), folder, options.timeout)
+    following = nextitem if set_up_next else None
+    outcome = runner.run(child_request(item, options, following, folder), folder, options.timeout)
     try:
         messages = read_messages(outcome)
         emit_warnings(item.config, item.nodeid, messages.warnings)
@@ -145,9 +146,10 @@ def run_protocol(
 
 
 def child_request(
-    item: pytest.Item, options: SubprocessOptions, set_up_next: bool, folder: Path
+    item: pytest.Item, options: SubprocessOptions, following: pytest.Item | None, folder: Path
 ) -> ChildRequest:
-    """The request for the process that runs ``item``, with its files in ``folder``."""
+    """The request for the process that runs ``item``, with its files in ``folder``;
+    ``following``: the next test, where its process is set up meanwhile."""
     params = item.config.invocation_params
     session = plugin_options(item.config)
     return {
@@ -158,7 +160,7 @@ def child_request(
         "nodearg": node_argument(item),
         "trees": options.trees,
         "switches": options.switches,
-        "set_up_next": set_up_next,
+        "next_nodearg": None if following is None else node_argument(following),
         # What the zygote may load while this test's process starts, for the next ones.
         "session_modules": session_modules(item.config),
         "results": str(folder / RESULTS_NAME),

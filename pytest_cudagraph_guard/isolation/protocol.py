@@ -11,6 +11,9 @@ result (its session may still be ending) or ``exited PID STATUS`` when it ended 
 as ``os.waitpid`` gives it), or ``nofork REASON`` when forking is no longer safe; at any time,
 ``notice TEXT``: something the parent tells the user once, as a warning, and ``exited PID
 STATUS`` of a test process that had said it was done and has ended since (its folder can go).
+Zygote to a spare, on a pipe of its own: ``expect NODEARG``, the test the parent runs next (the
+spare may collect it ahead), then ``run REQUEST_PATH``, its test: the expected one, where one
+was said.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ CHILD_CRASH_EXIT: Final = 3
 
 RUN: Final = "run"
 END: Final = "end"
+EXPECT: Final = "expect"
 ReplyKind = Literal["ready", "started", "exited", "done", "nofork", "notice"]
 
 
@@ -57,7 +61,9 @@ class ChildRequest(TypedDict):
     nodearg: str | None  # None for a spare, until it gets its test
     trees: bool
     switches: bool  # CUDA graphs on for the test (False where a suite option ran it here)
-    set_up_next: bool  # the next test is marked too: the zygote sets up its process meanwhile
+    # The next test's node argument where it is marked too: the zygote sets up its process
+    # meanwhile, which collects it ahead.
+    next_nodearg: str | None
     session_modules: ModuleLists
     results: str | None  # where reports go; None for a spare, until it gets its test
     basetemp: str
@@ -123,10 +129,23 @@ def end_line() -> str:
     return END
 
 
+def expect_line(nodearg: str) -> str:
+    return f"{EXPECT} {nodearg}"
+
+
 def parse_run(line: str) -> str | None:
     """The request path of a ``run`` line; None for any other line."""
-    command, _, path = line.partition(" ")
-    return path if command == RUN and path else None
+    return _argument(line, RUN)
+
+
+def parse_expect(line: str) -> str | None:
+    """The node argument of an ``expect`` line; None for any other line."""
+    return _argument(line, EXPECT)
+
+
+def _argument(line: str, command: str) -> str | None:
+    found, _, argument = line.partition(" ")
+    return argument if found == command and argument else None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Spares: test processes the zygote forks ahead of their tests. While a test runs, spares fork,
 set up their pytest sessions as the test's process did (and, once the session's test processes
 have shown they use CUDA, initialise CUDA), and wait, before their collection, for the request
-of a test."""
+of a test. The oldest is told the test the parent runs next, which it collects while it waits;
+it gets only that test."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from .cuda import CudaUse, spares_wanted
 from .forking import RunSpare, TestProcess, fork_hazard, fork_with_output, kill_child
-from .protocol import STDERR_NAME, STDOUT_NAME, ChildRequest
+from .protocol import STDERR_NAME, STDOUT_NAME, ChildRequest, expect_line, run_line, send_line
 
 SPARE_CONTEXT = ("cwd", "env", "sys_path", "args", "trees", "switches", "cuda_ahead")
 
@@ -34,6 +35,7 @@ class _Spare:
     folder: Path
     assignments: int  # the pipe on which it gets its test's request
     context: str
+    expected: str | None = None  # the node argument of the test it collects ahead
 
 
 class Spares:
@@ -53,12 +55,17 @@ class Spares:
         """The spare now running the request's test; None if there is none for it (or the
         request could not be read)."""
         context = None if request is None else _spare_context(request)
+        nodearg = None if request is None else request["nodearg"]
         while self.waiting:
             spare = self.waiting.pop(0)
             if not _running(spare.process.pid):
                 self.enabled = False
                 _discard(spare, running=False)
-            elif spare.context == context and _hand_over(spare, request_path):
+            elif (
+                spare.context == context
+                and spare.expected in (None, nodearg)
+                and _hand_over(spare, request_path)
+            ):
                 os.close(spare.assignments)
                 self.folders[spare.process.pid] = spare.folder
                 return spare.process
@@ -73,7 +80,7 @@ class Spares:
     def fork(self, request: ChildRequest) -> None:
         """Spares set up as ``request``'s test process, if the parent said the next test is
         marked too, up to the number wanted."""
-        if not (self.enabled and request["set_up_next"]):
+        if not (self.enabled and request["next_nodearg"] is not None):
             return
         wanted = spares_wanted(request["spares"], self.cuda, request["env"])
         init_cuda = request["cuda_ahead"] and self.cuda is not None
@@ -85,6 +92,18 @@ class Spares:
                 self.enabled = False
                 return
             self.waiting.append(spare)
+
+    def expect(self, nodearg: str | None) -> None:
+        """Tells the spare next in line that its test is likely ``nodearg`` (the parent's next
+        test), so that it collects it while it waits."""
+        if nodearg is None or not self.waiting or self.waiting[0].expected is not None:
+            return
+        spare = self.waiting[0]
+        try:
+            send_line(spare.assignments, expect_line(nodearg))
+        except OSError:  # it has died: the next assignment finds so
+            return
+        spare.expected = nodearg
 
     def finished(self, pid: int) -> None:
         folder = self.folders.pop(pid, None)
@@ -136,7 +155,7 @@ def _hand_over(spare: _Spare, request_path: str) -> bool:
     try:
         for name in (STDOUT_NAME, STDERR_NAME):
             os.rename(spare.folder / name, test_folder / name)
-        os.write(spare.assignments, f"{request_path}\n".encode())
+        send_line(spare.assignments, run_line(request_path))
     except OSError:
         for name in (STDOUT_NAME, STDERR_NAME):  # the test's own process starts them anew
             with contextlib.suppress(OSError):

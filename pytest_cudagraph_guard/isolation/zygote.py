@@ -156,6 +156,7 @@ def _serve_one(
         sys.path[:] = child_sys_path(request)  # to import what its test processes would
         learner.load(request["session_modules"])  # while the test process starts
         spares.fork(request)
+        spares.expect(request["next_nodearg"])
     ended = wait_child(process, pipes.requests.fd, children.exiting)
     if ended is None:  # the parent is gone: so is the test
         kill_child(pid)

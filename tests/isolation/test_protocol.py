@@ -41,6 +41,14 @@ def test_a_run_line_carries_its_request_path_spaces_and_all() -> None:
     assert protocol.parse_run("walk /tmp/x") is None
 
 
+def test_an_expect_line_carries_its_node_argument_and_is_no_run_line() -> None:
+    nodearg = "/tmp/a b/test_x.py::test_y[a b::c]"
+    line = protocol.expect_line(nodearg)
+    assert protocol.parse_expect(line) == nodearg
+    assert protocol.parse_run(line) is None
+    assert protocol.parse_expect(protocol.run_line(nodearg)) is None
+
+
 def test_a_test_process_path_adds_the_markers_pythonpath_after_the_first_entry() -> None:
     request: protocol.ChildRequest = {
         "cwd": "/",
@@ -50,7 +58,7 @@ def test_a_test_process_path_adds_the_markers_pythonpath_after_the_first_entry()
         "nodearg": None,
         "trees": True,
         "switches": True,
-        "set_up_next": False,
+        "next_nodearg": None,
         "session_modules": preloads.no_modules(),
         "results": None,
         "basetemp": "/tmp",
