@@ -8,7 +8,7 @@ Where the request says the next test is marked too, the zygote also forks spares
 (:mod:`.spares`), which set up their sessions while the test runs and take the next requests if
 their context matches. A test process says it is done once its test has finished, as its
 session starts to finish: the next test starts then, while it ends its session and exits, until
-its test's timeout at most; it is reaped when the next test is asked for, or when the zygote
+its test's timeout at most; it is reaped once the next test has started, or when the zygote
 ends.
 """
 
@@ -138,9 +138,8 @@ def _serve_one(
     """Starts the test's process and waits until it is done. Meanwhile it loads what the parent
     session has loaded and forks spares for the next tests; after it, it loads what the test
     process had to import: so the next one finds all that loaded. A test process that is done
-    ends (and is reaped) while the next test runs."""
+    ends (and is reaped) while the next test runs, once it has started."""
     spares = children.spares
-    _reap_exiting(children, pipes.replies)
     request = _request(request_path)
     process = spares.assign(request, request_path)
     if process is None:
@@ -152,6 +151,7 @@ def _serve_one(
     pid = process.pid
     deadline = time.monotonic() + (request["timeout"] if request is not None else 0.0)
     send_line(pipes.replies, started_line(pid))
+    _reap_exiting(children, pipes.replies)
     if request is not None:
         sys.path[:] = child_sys_path(request)  # to import what its test processes would
         learner.load(request["session_modules"])  # while the test process starts
