@@ -21,8 +21,8 @@ run, is what a fresh CUDA process costs at the driver's pace.
   a spare is), with no pytest at all. The floor over the in-process
   suite is the least ratio any isolation could reach; the marked suite over the floor is what
   the plugin and pytest add.
-- ``n4-one-queue-spares2``, ``-spares3``: the same with ``cudagraph_spares`` 2 or 3 per worker
-  (the automatic count is 1 there): whether more spares per worker pay.
+- ``n4-one-queue-spares1``, ``-spares3``: the same with ``cudagraph_spares`` 1 or 3 per worker
+  (the automatic count is 2 there): whether fewer or more spares per worker pay.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ GPU_RUNS = {
     "serial": GpuRun(floor_target=1.15, lanes=1),
     "n4": GpuRun(args=["-n", "4"]),
     "n4-one-queue": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, lanes=4),
-    "n4-one-queue-spares2": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, spares=2),
+    "n4-one-queue-spares1": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, spares=1),
     "n4-one-queue-spares3": GpuRun(args=["-n", "4"], one_queue=True, ratio_target=1.5, spares=3),
 }
 

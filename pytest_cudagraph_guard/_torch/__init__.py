@@ -145,6 +145,18 @@ if TYPE_CHECKING:
     from .import_hooks import (
         run_after_import as run_after_import,
     )
+    from .kernel_warm_up import (
+        READ_ONCE_BY_CUBLAS as READ_ONCE_BY_CUBLAS,
+    )
+    from .kernel_warm_up import (
+        forget_warm_up as forget_warm_up,
+    )
+    from .kernel_warm_up import (
+        kernel_warm_up_steps as kernel_warm_up_steps,
+    )
+    from .kernel_warm_up import (
+        starts_cublas as starts_cublas,
+    )
     from .observe import (
         begin_test as begin_test,
     )
@@ -296,6 +308,12 @@ _EXPORTS: Final[dict[str, tuple[str, ...]]] = {
         "take_notices",
     ),
     "import_hooks": ("run_after_import",),
+    "kernel_warm_up": (
+        "READ_ONCE_BY_CUBLAS",
+        "forget_warm_up",
+        "kernel_warm_up_steps",
+        "starts_cublas",
+    ),
     "observe": (
         "begin_test",
         "skip_count",

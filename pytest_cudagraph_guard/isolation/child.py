@@ -25,17 +25,20 @@ from ..core.facts import journal_path_key
 from ..core.ours import ours
 from ..core.records import TestRecord
 from ..core.session import plugin_session, test_process_key
-from .cuda import cuda_use, initialise_cuda
+from ..core.warnings import CudagraphGuardWarning
+from .cuda import KernelWarmUp, cublas_read_too_early, cuda_use, initialise_cuda
 from .preloads import installed_plugin_modules, note_needed_modules
 from .protocol import (
     CHILD_CRASH_EXIT,
     JOURNAL_NAME,
     ChildMessage,
     ChildRequest,
+    LineReader,
     child_sys_path,
     load_request,
     parse_expect,
     parse_run,
+    warning_to_send,
 )
 
 STACKS_SIGNAL = signal.SIGUSR1
@@ -237,10 +240,16 @@ class SubprocessChild:
         whatever the collection did."""
         if self.assignments is None:
             return (yield)
-        assignments = os.fdopen(self.assignments, encoding="utf-8")
-        with assignments:
-            self._ready_before_the_test()
-            line = assignments.readline().strip()
+        assignments = LineReader(self.assignments)
+        warm_up = self._ready_before_the_test()
+
+        def next_line() -> str:  # warming kernels up until it arrives
+            if warm_up is not None:
+                warm_up.run_while(lambda: not assignments.has_line())
+            return (assignments.next() or "").strip()
+
+        try:
+            line = next_line()
             expected = parse_expect(line)
             if expected is None:
                 self._take_test(line)
@@ -251,7 +260,9 @@ class SubprocessChild:
             try:
                 return (yield)
             finally:
-                self._take_test(assignments.readline().strip())
+                self._take_test(next_line())
+        finally:
+            os.close(self.assignments)
 
     def _select_test(self, config: pytest.Config) -> None:
         if self.request["nodearg"] is not None:  # a spare's is not known before its collection
@@ -267,17 +278,20 @@ class SubprocessChild:
         self.request.update({**test_request, "basetemp": self.request["basetemp"]})
         self._write_unsent()
 
-    def _ready_before_the_test(self) -> None:
+    def _ready_before_the_test(self) -> KernelWarmUp | None:
         """What a spare can do before it knows its test: CUDA's set-up, the leak guard's
         baseline (kept where collection changes nothing), and a collection of the set-up's
-        garbage. Not gc.freeze(): the set-up's objects, the conftests' among them, must stay
-        collectable, as they are in a test process that was not set up ahead."""
-        if self.request["init_cuda"]:
-            initialise_cuda()  # with the test's environment and the session's conftests in effect
+        garbage; then its kernels' warm-up, to run while it waits. Not gc.freeze(): the set-up's
+        objects, the conftests' among them, must stay collectable, as they are in a test process
+        that was not set up ahead."""
+        warm_up = None
+        if self.request["init_cuda"]:  # with the test's environment and conftests in effect
+            warm_up = initialise_cuda()
         session = plugin_session(self.config)
         if session is not None and session.take_baseline_early is not None:
             session.take_baseline_early()
         gc.collect()
+        return warm_up
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_NARROWING)
@@ -318,18 +332,20 @@ class SubprocessChild:
     ) -> None:
         if when != "runtest":
             return
-        category = warning_message.category
-        self._send(
-            {
-                "warning": {
-                    "category": f"{category.__module__}:{category.__qualname__}",
-                    "message": str(warning_message.message),
-                    "filename": str(warning_message.filename),
-                    "lineno": int(warning_message.lineno or 0),
-                    "nodeid": nodeid,
-                }
-            }
-        )
+        found = warning_message
+        sent = warning_to_send(found.category, found.message, found.filename, found.lineno, nodeid)
+        self._send(sent)
+
+    @pytest.hookimpl(tryfirst=True)
+    @ours(_TELLING)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        """Before the test's fixtures are finalized (a monkeypatch undone): a warning of the
+        test where it set what cuBLAS had read before it (sent as is, past the filters)."""
+        notice = cublas_read_too_early(item.nodeid)
+        if notice is not None:
+            line = item.location[1]
+            where = (item.path, None if line is None else line + 1)
+            self._send(warning_to_send(CudagraphGuardWarning, notice, *where, item.nodeid))
 
     @ours(_TELLING)
     def pytest_cudagraph_record(self, item: pytest.Item, record: TestRecord) -> None:

@@ -12,8 +12,10 @@ import importlib
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypedDict
+
+from .. import _torch
 
 STANDIN_VARIABLE: Final = "PYTEST_CUDAGRAPH_GUARD_CUDA_STANDIN"
 # What a test process's CUDA context and first allocations take on the GPU, as a bound.
@@ -21,17 +23,21 @@ CONTEXT_BYTES: Final = 2 << 30
 MAX_AUTOMATIC_SPARES: Final = 8
 # The driver's figures on an H200 (torch 2.11, driver 580; ``benchmarks/cuda_process_cost.py``):
 # it creates one context at a time, 134-141 ms each whether 4, 8 or 16 processes ask at once,
-# about 40 ms with one hardware queue per context; a CUDA test process's whole life, with the
-# driver busy (8 or more at once), is about 217 ms.
+# about 40 ms with one hardware queue per context; a spare's kernels' warm-up, all its steps,
+# takes 335-423 ms of the spare's CPU and none of the driver's.
 CONTEXT_SECONDS: Final = 0.14
 ONE_QUEUE_CONTEXT_SECONDS: Final = 0.04
-CUDA_TEST_PROCESS_SECONDS: Final = 0.217
+WARM_UP_SECONDS: Final = 0.39
 ONE_QUEUE_VARIABLE: Final = "CUDA_DEVICE_MAX_CONNECTIONS"
 XDIST_WORKERS_VARIABLE: Final = "PYTEST_XDIST_WORKER_COUNT"
 
 
 # A spare's free GPU memory, read as it set CUDA up: off its test's critical path.
 _free_when_set_up: list[int] = []
+# The steps of the kernels' warm-up that a spare ran before its test, in order.
+warmed_up: list[str] = []
+# What cuBLAS reads once, as the warm-up started it: a test that changes it gets it too late.
+_cublas_read: list[dict[str, str | None]] = []
 
 
 class CudaUse(TypedDict):
@@ -62,23 +68,84 @@ def _free_bytes(torch: Any) -> int:
     return int(free)
 
 
-def initialise_cuda() -> None:
+def initialise_cuda() -> KernelWarmUp | None:
     """In a spare, with its test's environment in effect: CUDA's initialisation and the current
-    device's context, which a CUDA test would otherwise pay for on its critical path. A failure
-    is left for the test to meet itself."""
+    device's context, which a CUDA test would otherwise pay for on its critical path, and the
+    kernels' warm-up to run while the spare waits (None where CUDA is not set up). A failure is
+    left for the test to meet itself."""
     standin = os.environ.get(STANDIN_VARIABLE)
     if standin:
-        importlib.import_module(standin)
-        return
+        module = importlib.import_module(standin)
+        return KernelWarmUp(getattr(module, "WARM_UP_STEPS", ()), lambda: None)
     try:
         import torch
 
-        if torch.cuda.is_available():
-            torch.cuda.init()  # type: ignore[no-untyped-call]
-            torch.cuda.synchronize()  # creates the context without allocating
-            _free_when_set_up.append(_free_bytes(torch))
+        if not torch.cuda.is_available():
+            return None
+        torch.cuda.init()  # type: ignore[no-untyped-call]
+        torch.cuda.synchronize()  # creates the context without allocating
+        _free_when_set_up.append(_free_bytes(torch))
+        steps = _torch.kernel_warm_up_steps(torch)
     except Exception as exc:
         print(f"cudagraph_subprocess: CUDA set up ahead failed: {exc!r}", file=sys.stderr)
+        return None
+    return KernelWarmUp(steps, lambda: _torch.forget_warm_up(torch))
+
+
+class KernelWarmUp:
+    """A spare's warm-up of the kernels most CUDA tests run (:mod:`.._torch.kernel_warm_up`), a
+    step at a time while its test has not arrived: so it delays its test by one step at most.
+    A step that fails ends it, said on stderr, and is left for the test to meet."""
+
+    def __init__(self, steps: Iterable[tuple[str, Callable[[], None]]], forget: Callable[[], None]):
+        self._steps = iter(steps)
+        self._forget = forget
+
+    def run_while(self, waiting: Callable[[], bool]) -> None:
+        started = False
+        try:
+            while waiting():
+                step = next(self._steps, None)
+                if step is None:
+                    break
+                started = True
+                if _torch.starts_cublas(step[0]) and not _cublas_read:
+                    _cublas_read.append(_cublas_variables())
+                step[1]()
+                warmed_up.append(step[0])
+        except Exception as exc:
+            self._steps = iter(())
+            _warm_up_failed(exc)
+        if started:
+            try:
+                self._forget()
+            except Exception as exc:
+                _warm_up_failed(exc)
+
+
+def _warm_up_failed(exc: Exception) -> None:
+    print(f"cudagraph_subprocess: the kernels' warm-up failed: {exc!r}", file=sys.stderr)
+
+
+def _cublas_variables() -> dict[str, str | None]:
+    return {name: os.environ.get(name) for name in _torch.READ_ONCE_BY_CUBLAS}
+
+
+def cublas_read_too_early(test: str) -> str | None:
+    """After ``test``'s call, before its fixtures are finalized: what says that the test set a
+    variable that cuBLAS had read in its spare's warm-up (None where it set none)."""
+    if not _cublas_read:
+        return None
+    now = _cublas_variables()
+    changed = [name for name, value in _cublas_read[0].items() if now[name] != value]
+    if not changed:
+        return None
+    return (
+        f"cudagraph_subprocess: {test} set {' and '.join(changed)}, which its process's cuBLAS "
+        "had read as the process was set up ahead (the kernels' warm-up of a spare); torch may "
+        "have kept the value it read then. Set it in the marker's env or in the ini key "
+        "cudagraph_process_env, or set cudagraph_cuda_ahead = false"
+    )
 
 
 def spares_wanted(setting: int | None, cuda: CudaUse | None, environment: Mapping[str, str]) -> int:
@@ -101,24 +168,24 @@ def spares_wanted(setting: int | None, cuda: CudaUse | None, environment: Mappin
 def cuda_spares(*, workers: int, cores: int, free_bytes: int, one_queue: bool) -> int:
     """Spares per pytest process (one per xdist worker) for test processes that use CUDA.
 
-    A spare is worth keeping while its CUDA context can be ready before its test is due. The
-    driver creates contexts one at a time for the whole machine, however many processes ask, so
-    the host's throughput of CUDA test processes is fixed by the driver; spares only move each
-    context's creation off its test's critical path. In one test process's life (about 217 ms
-    on an H200) the driver creates ``ceil(217 / 140) = 2`` contexts (``ceil(217 / 40) = 6``
-    with ``CUDA_DEVICE_MAX_CONNECTIONS=1``): more spares than that, counted over every worker,
-    only queue behind each other for the driver (and a spare discarded unused, when the next
-    test's marker differs, has cost the driver a context for nothing). That budget is shared
-    among the xdist workers, and each keeps at least one, which also takes its session's start
-    off the critical path. On an H200: serial 2 (6 with one queue); ``-n 2`` 1 each (3); ``-n
-    4`` and more, 1 each. Each spare also needs a core while it sets up its session (the cores
-    shared among the workers, less one for the test) and a context's room in the GPU's free
-    memory (shared likewise); at most :data:`MAX_AUTOMATIC_SPARES`."""
+    The driver creates contexts one at a time for the whole machine, however many processes
+    ask, so at best one CUDA test process starts per context it creates (140 ms on an H200, 40
+    with ``CUDA_DEVICE_MAX_CONNECTIONS=1``). A spare is ready once it has its context and has
+    warmed its kernels up (about 390 ms more, of its own CPU): ``ceil((140 + 390) / 140) = 4``
+    spares in flight keep up with the driver (``ceil((40 + 390) / 40) = 11`` with one queue, of
+    which :data:`MAX_AUTOMATIC_SPARES`); more, counted over every worker, only queue behind each
+    other for the driver (and a spare discarded unused, when the next test's marker differs, has
+    cost it a context for nothing). That budget is shared among the xdist workers, and each
+    keeps at least one, which also takes its session's start off the critical path. On an H200:
+    serial 4 (8 with one queue); ``-n 2`` 2 each (4); ``-n 4`` 1 each (2); ``-n 8`` and more, 1
+    each. Each spare also needs a core (the cores shared among the workers, less one for the
+    test) and a context's room in the GPU's free memory (shared likewise)."""
     context = ONE_QUEUE_CONTEXT_SECONDS if one_queue else CONTEXT_SECONDS
-    driver = math.ceil(CUDA_TEST_PROCESS_SECONDS / context) // workers
+    in_flight = min(math.ceil((context + WARM_UP_SECONDS) / context), MAX_AUTOMATIC_SPARES)
+    driver = in_flight // workers
     spare_cores = cores // workers - 1
     room = free_bytes // workers // CONTEXT_BYTES if free_bytes else spare_cores
-    return max(1, min(driver, spare_cores, room, MAX_AUTOMATIC_SPARES))
+    return max(1, min(driver, spare_cores, room))
 
 
 def _xdist_workers(environment: Mapping[str, str]) -> int:

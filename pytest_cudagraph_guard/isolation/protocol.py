@@ -95,6 +95,19 @@ class WarningMessage(TypedDict):
     warning: WarningSent
 
 
+def warning_to_send(
+    category: type[Warning], message: object, filename: object, lineno: int | None, nodeid: str
+) -> WarningMessage:
+    sent: WarningSent = {
+        "category": f"{category.__module__}:{category.__qualname__}",
+        "message": str(message),
+        "filename": str(filename),
+        "lineno": int(lineno or 0),
+        "nodeid": nodeid,
+    }
+    return {"warning": sent}
+
+
 class CollectErrorMessage(TypedDict):
     collect_error: str
 
@@ -225,3 +238,7 @@ class LineReader:
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode()
+
+    def has_line(self) -> bool:
+        """Whether :meth:`next` would return at once (a line, or the pipe's end)."""
+        return b"\n" in self._buffer or bool(select.select([self.fd], [], [], 0)[0])

@@ -62,3 +62,74 @@ def test_later_test_processes_find_cuda_set_up_ahead(
     assert any(found) == (ahead == "true")
     pids = [int(pid) for pid, _, _ in lines] + [int(lines[0][1])]  # the tests' and the zygote
     assert all_gone(pids)
+
+
+WARM_UP_TESTS = """
+import json
+import os
+import time
+import pytest
+import torch
+from pytest_cudagraph_guard.isolation import cuda
+
+pytestmark = pytest.mark.cudagraph_subprocess(require_cuda=True)
+STEPS = ["elementwise and reductions", "float32 matmul", "float16 matmul", "bfloat16 matmul"]
+
+def looks():  # the default seed is random per process: not compared
+    generator = torch.cuda.default_generators[0]
+    return {
+        "stats": torch.cuda.memory_stats(),
+        "allocated": torch.cuda.memory_allocated(),
+        "reserved": torch.cuda.memory_reserved(),
+        "offset": generator.get_offset(),
+    }
+
+def test_1_a_fresh_process_as_it_looks():
+    torch.cuda.init()
+    with open(os.environ["FRESH"], "w") as out:
+        json.dump(looks(), out)
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_gives_the_spares_time(n):
+    time.sleep(2)
+
+@pytest.mark.parametrize("n", [4, 5, 6])
+def test_finds_kernels_warmed_up_and_its_process_as_fresh(n):
+    assert torch.cuda.is_initialized()
+    assert cuda.warmed_up == STEPS[: len(cuda.warmed_up)]
+    if n == 4:  # its spare had the two tests before to warm up
+        assert cuda.warmed_up == STEPS
+    assert looks() == json.load(open(os.environ["FRESH"]))
+    x = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close((x @ x).float(), x.float() @ x.float(), atol=0.5, rtol=1e-2)
+
+def test_7_gives_the_spares_time():
+    time.sleep(2)
+
+def test_8_sets_a_cublas_variable_in_its_body(monkeypatch):
+    assert "float32 matmul" in cuda.warmed_up
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    x = torch.ones(8, 8, device="cuda")
+    assert (x @ x).sum().item() == 512
+"""
+
+
+def test_spares_warm_kernels_up_and_their_tests_find_the_process_as_a_fresh_one(
+    gpu_tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FRESH", str(gpu_tester.path / "fresh.json"))
+    gpu_tester.makeini(
+        "[pytest]\ncudagraph_spares = 2\n"
+        "filterwarnings = ignore:Failed to initialize NumPy:UserWarning\n"
+    )
+    gpu_tester.makepyfile(WARM_UP_TESTS)
+    result = gpu_tester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=8)
+    assert "warm-up failed" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*CudagraphGuardWarning: *::test_8_sets_a_cublas_variable_in_its_body set "
+            "CUBLAS_WORKSPACE_CONFIG, which its process's cuBLAS had read*"
+        ]
+    )
+    assert result.stdout.str().count("CudagraphGuardWarning") == 1

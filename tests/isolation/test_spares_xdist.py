@@ -33,14 +33,14 @@ def h200_spares(workers: int, *, one_queue: bool = False) -> int:
 @pytest.mark.parametrize(
     ("workers", "one_queue", "per_worker"),
     [
-        (1, False, 2),
-        (2, False, 1),
+        (1, False, 4),
+        (2, False, 2),
         (4, False, 1),
         (8, False, 1),
         (16, False, 1),
-        (1, True, 6),
-        (2, True, 3),
-        (4, True, 1),
+        (1, True, 8),
+        (2, True, 4),
+        (4, True, 2),
         (8, True, 1),
     ],
 )
@@ -58,7 +58,7 @@ def test_the_workers_together_keep_no_more_than_one_pytest_process_alone(one_que
 
 def test_cores_and_free_memory_bound_the_spares() -> None:
     one_queue = {"workers": 1, "one_queue": True}
-    assert cuda_spares(cores=16, free_bytes=0, **one_queue) == 6  # free memory unknown
+    assert cuda_spares(cores=8, free_bytes=0, **one_queue) == 7  # free memory unknown
     assert cuda_spares(cores=4, free_bytes=H200_FREE_BYTES, **one_queue) == 3
     assert cuda_spares(cores=2, free_bytes=H200_FREE_BYTES, **one_queue) == 1
     assert cuda_spares(cores=16, free_bytes=5 << 30, **one_queue) == 2
