@@ -27,6 +27,7 @@ from ..core.records import TestRecord
 from ..core.session import plugin_session, test_process_key
 from ..core.warnings import CudagraphGuardWarning
 from .cuda import KernelWarmUp, cublas_read_too_early, cuda_use, initialise_cuda
+from .narrowing import next_on_path
 from .preloads import installed_plugin_modules, note_needed_modules
 from .protocol import (
     CHILD_CRASH_EXIT,
@@ -300,7 +301,7 @@ class SubprocessChild:
     ) -> list[pytest.Item] | None:
         """Nothing for the names of a module or class on the test's path other than the next
         one on it: pytest would build every test of the module, then keep the one selected."""
-        wanted = _next_on_path(self.request["nodearg"], collector)
+        wanted = next_on_path(self.request["nodearg"], collector)
         return [] if wanted is not None and name != wanted else None
 
     def apply_cudagraph_settings(self) -> None:
@@ -386,26 +387,3 @@ class SubprocessChild:
             self.results.write(json.dumps(message, default=repr) + "\n")
         self.unsent.clear()
         self.results.flush()
-
-
-def _next_on_path(nodearg: str | None, collector: pytest.Collector) -> str | None:
-    """The name ``collector`` must collect to reach the test that ``nodearg`` selects (the
-    function's name, less parameters); None where it is not on the test's path."""
-    target = _test_path(nodearg)
-    if target is None or collector.path != target[0]:
-        return None
-    wanted = target[1]
-    _, _, collector_inside = collector.nodeid.partition("::")
-    ours = tuple(collector_inside.split("::")) if collector_inside else ()
-    if len(ours) >= len(wanted) or wanted[: len(ours)] != ours:
-        return None
-    return wanted[len(ours)].split("[", 1)[0]
-
-
-@functools.cache
-def _test_path(nodearg: str | None) -> tuple[Path, tuple[str, ...]] | None:
-    """``nodearg``'s file and the names inside it, parsed once: pytest asks for every name."""
-    if nodearg is None:
-        return None
-    path, _, inside = nodearg.partition("::")
-    return (Path(path), tuple(inside.split("::"))) if inside else None
