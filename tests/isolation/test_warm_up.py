@@ -111,36 +111,43 @@ from pytest_cudagraph_guard.isolation import cuda
 
 pytestmark = pytest.mark.cudagraph_subprocess
 
-def matmuls_logged_by_others():
+def running(pid):  # not ended (ended test processes and discarded spares may be zombies)
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+def matmuls_of_waiting_spares():
     if not os.path.exists(os.environ["STEPS"]):
         return []
     lines = [line.split(maxsplit=1) for line in open(os.environ["STEPS"]).read().splitlines()]
-    return [p for p, step in lines if step == "float32 matmul" and int(p) != os.getpid()]
+    mine = os.getpid()
+    return [p for p, step in lines if step == "float32 matmul" and int(p) != mine and running(p)]
 
-def wait_for_a_new_spares_matmul():
-    before = len(matmuls_logged_by_others())
+def wait_for_a_spares_matmul():  # that of the spare for the next test
     deadline = time.monotonic() + 60
-    while len(matmuls_logged_by_others()) == before and time.monotonic() < deadline:
+    while not matmuls_of_waiting_spares() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(matmuls_logged_by_others()) > before
+    assert matmuls_of_waiting_spares()
 
 def test_1_uses_cuda():
     import fake_cuda
 
 def test_2_waits():
-    wait_for_a_new_spares_matmul()
+    wait_for_a_spares_matmul()
 
 def test_3_sets_it_in_its_body(monkeypatch):
     assert cuda.warmed_up == ["elementwise", "float32 matmul"]
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    wait_for_a_new_spares_matmul()
+    wait_for_a_spares_matmul()
 
 SET_AHEAD = pytest.mark.cudagraph_subprocess(env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8"})
 
 @SET_AHEAD
 def test_4_waits():  # a process of its own: its marker's env is not test_3's
     import fake_cuda
-    wait_for_a_new_spares_matmul()
+    wait_for_a_spares_matmul()
 
 @SET_AHEAD
 def test_5_has_it_from_the_start():
