@@ -49,6 +49,9 @@ _stacks_stream: list[IO[str]] = []  # kept open for faulthandler until the proce
 _LINK = _torch.Loss("cudagraph_subprocess", "the test process's link to the session")
 _NARROWING = _torch.Loss("cudagraph_subprocess", "collecting only the test's own module path")
 _TELLING = _torch.Loss("cudagraph_subprocess", "collection errors, warnings and records sent")
+_CUBLAS_CHECK = _torch.Loss(
+    "cudagraph_subprocess", "the warning of a cuBLAS variable set after the kernels' warm-up"
+)
 _EARLY_DONE = _torch.Loss(
     "cudagraph_subprocess", "the next test started before the test process's session ends"
 )
@@ -338,7 +341,7 @@ class SubprocessChild:
         self._send(sent)
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_TELLING)
+    @ours(_CUBLAS_CHECK)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         """Before the test's fixtures are finalized (a monkeypatch undone): a warning of the
         test where it set what cuBLAS had read before it (sent as is, past the filters)."""
