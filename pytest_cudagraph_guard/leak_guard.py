@@ -17,7 +17,6 @@ from .core.facts import leaks_key
 from .core.ours import ours
 from .core.warnings import (
     CudagraphConfigLeakWarning,
-    CudagraphGuardWarning,
     warn_torch_notices,
 )
 
@@ -68,12 +67,10 @@ class LeakGuard:
 
                 note_failure(_CHECKING, exc)
                 return None
-            warnings.warn(
-                CudagraphGuardWarning(
-                    f"cudagraph_guard could not check torch's config ({type(exc).__name__}: "
-                    f"{exc}); leaks are not checked for the rest of this session"
-                ),
-                stacklevel=1,
+            _torch.notice_once(
+                "leak guard: unreadable config",
+                f"cudagraph_guard could not check torch's config ({type(exc).__name__}: "
+                f"{exc}); leaks are not checked for the rest of this session",
             )
         return None
 
@@ -130,7 +127,7 @@ class LeakGuard:
         try:
             self.after_test(item, may_fail=may_fail)
         finally:
-            warn_torch_notices()
+            warn_torch_notices(item.config, nodeid=item.nodeid)
 
     def after_test(self, item: pytest.Item, *, may_fail: bool = True) -> None:
         changes = self._safely(self._leaked_changes) or []

@@ -25,7 +25,7 @@ class NoticesPlugin:
     @pytest.hookimpl(trylast=True)
     @ours(_DELIVERING)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        warn_torch_notices()
+        warn_torch_notices(session.config, when="collect")
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     @ours(_DELIVERING)
@@ -33,8 +33,8 @@ class NoticesPlugin:
         try:
             return (yield)
         finally:
-            warn_torch_notices()
+            warn_torch_notices(item.config, nodeid=item.nodeid)
 
     @ours(_DELIVERING)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        warn_torch_notices()
+        warn_torch_notices(session.config)

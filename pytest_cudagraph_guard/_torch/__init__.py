@@ -185,6 +185,9 @@ if TYPE_CHECKING:
         cuda_visible as cuda_visible,
     )
     from .runtime import (
+        import_quietly as import_quietly,
+    )
+    from .runtime import (
         import_torch as import_torch,
     )
     from .runtime import (
@@ -328,6 +331,7 @@ _EXPORTS: Final[dict[str, tuple[str, ...]]] = {
     "runtime": (
         "TorchNotInstalled",
         "cuda_visible",
+        "import_quietly",
         "import_torch",
         "release_tuple",
         "torch_loaded",

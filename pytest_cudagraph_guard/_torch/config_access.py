@@ -12,14 +12,13 @@ Config layouts, by release:
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import Context, ContextVar, copy_context
 from types import ModuleType
 from typing import Any, Final
 
-from .runtime import import_torch
+from .runtime import import_quietly, import_torch
 from .values import HIDDEN, UNSET, RawEntry, copy_value, is_mutable, values_differ
 
 INDUCTOR_CONFIG: Final = "torch._inductor.config"
@@ -243,7 +242,7 @@ def _torch_unset_sentinel(module: ModuleType, layout: str) -> object:
     if layout == "plain":
         return UNSET
     entry = next(iter(module.__dict__["_config"].values()))
-    owner = importlib.import_module(type(entry).__module__)
+    owner = import_quietly(type(entry).__module__)
     return getattr(owner, "_UNSET_SENTINEL", UNSET)
 
 
@@ -283,7 +282,7 @@ def loaded_config(name: str) -> ConfigAccess | None:
 
 def import_config(name: str) -> ConfigAccess:
     import_torch()
-    return access(importlib.import_module(name))
+    return access(import_quietly(name))
 
 
 def loaded_guarded_configs() -> Iterator[ConfigAccess]:

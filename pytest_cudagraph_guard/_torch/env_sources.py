@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import inspect
 import os
 import sys
 from typing import TYPE_CHECKING, Final
 
-from .runtime import torch_loaded
+from .runtime import import_quietly, torch_loaded
 
 if TYPE_CHECKING:
     from .config_access import ConfigAccess
@@ -39,7 +38,7 @@ def is_torch_env_memo(key: str, before: str | None, after: str | None) -> bool:
     if not torch_loaded():
         return False
     try:
-        utils = importlib.import_module("torch._inductor.runtime.cache_dir_utils")
+        utils = import_quietly("torch._inductor.runtime.cache_dir_utils")
         return bool(os.path.abspath(utils.default_cache_dir()) == after)
     except Exception:
         return False

@@ -11,7 +11,6 @@ that ``torch.compile`` wrapped before the run keep the check they captured then.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import sys
 import threading
@@ -20,6 +19,7 @@ from typing import Any, Final
 from .faults import note_missing, run_ours
 from .patch_table import PATCHES
 from .patches import Patches, owner_class
+from .runtime import import_quietly
 from .trees import import_cudagraph_trees, serializes_captures
 
 _SERIALIZED: Final = (
@@ -58,7 +58,7 @@ def start_thread_readiness() -> None:
 
 def _make_fx_tracing_check_per_thread() -> None:
     row = PATCHES["readiness.fx_tracing_check"]
-    tracing = importlib.import_module("torch.fx._symbolic_trace")
+    tracing = import_quietly("torch.fx._symbolic_trace")
     trace = getattr(getattr(tracing, "Tracer", None), "trace", None)
     trace_code = getattr(inspect.unwrap(trace), "__code__", None) if callable(trace) else None
     if trace_code is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
+import warnings
 from types import ModuleType
 from typing import TypedDict
 
@@ -28,12 +30,26 @@ def torch_loaded() -> bool:
     return sys.modules.get("torch") is not None
 
 
+def import_quietly(name: str) -> ModuleType:
+    """``importlib.import_module(name)`` for the plugin's own use: what the import warns (torch's
+    deprecations, say) is not the user's, so neither the user's warning filters nor the warnings
+    summary see it. Outside the main thread, where changing the filters would race pytest's
+    own, a plain import."""
+    if threading.current_thread() is not threading.main_thread():
+        return importlib.import_module(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return importlib.import_module(name)
+
+
 def import_torch() -> ModuleType:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch
     try:
-        import torch
+        return import_quietly("torch")
     except ImportError as exc:
         raise TorchNotInstalled("torch is not installed") from exc
-    return torch
 
 
 def torch_version() -> str | None:
@@ -90,7 +106,7 @@ def versions() -> Versions:
 
 def _try_import(name: str) -> ModuleType | None:
     try:
-        return importlib.import_module(name)
+        return import_quietly(name)
     except ImportError:
         return None
 

@@ -8,7 +8,6 @@ had the state, and captures in several threads could overlap.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 from types import ModuleType
@@ -17,7 +16,7 @@ from typing import Any, Final
 from .faults import run_ours
 from .patch_table import PATCHES
 from .patches import replace_for_good
-from .runtime import import_torch
+from .runtime import import_quietly, import_torch
 
 CUDAGRAPH_TREES: Final = "torch._inductor.cudagraph_trees"
 TLS_KEYS: Final = ("tree_manager_containers", "tree_manager_locks")
@@ -42,7 +41,7 @@ def reset_cudagraph_trees_here() -> None:
 def reset_compiled_state() -> None:
     """``torch._dynamo.reset()`` and the calling thread's cudagraph trees."""
     import_torch()
-    importlib.import_module("torch._dynamo").reset()
+    import_quietly("torch._dynamo").reset()
     reset_cudagraph_trees_here()
 
 
@@ -52,7 +51,7 @@ def import_cudagraph_trees() -> ModuleType:
     main thread is given its state the first time it needs it, as 2.13 would."""
     import_torch()
     first_import = CUDAGRAPH_TREES not in sys.modules
-    trees = importlib.import_module(CUDAGRAPH_TREES)
+    trees = import_quietly(CUDAGRAPH_TREES)
     in_worker = threading.current_thread() is not threading.main_thread()
     if first_import and in_worker and not creates_thread_state_lazily(trees):
         replace_for_good(PATCHES["trees.get_obj"], trees, _creating_main_thread_state)

@@ -40,6 +40,12 @@ TIMEOUT_HINT: Final = (
 )
 
 
+PYTEST_TIMEOUT_HINT: Final = (
+    "pytest-timeout's timeout passed in the test's own process, and its thread method ended "
+    "that process: its stacks are in the failure; raise the timeout if it was only slow"
+)
+
+
 @dataclass(frozen=True)
 class ProcessEnd:
     """How a test's process ended without a result, as the process that waited for it saw it."""
@@ -51,6 +57,8 @@ class ProcessEnd:
     stacks_at_stop: str = ""  # what it dumped when asked, before it was killed at its timeout
     lost: str = "test process was lost"  # the summary where neither status nor signal is known
     journal: JournalReading = NOTHING_READ
+    # pytest-timeout's ``thread`` method ended it: (its failure message, the stacks it dumped).
+    ended_by_pytest_timeout: tuple[str, str] | None = None
 
     def signal_number(self) -> int | None:
         """The signal that ended it: from its wait status, else from its fault handler's line."""
@@ -97,6 +105,8 @@ def last_lines(text: str, lines: int = TAIL_LINES) -> str:
 
 def end_summary(end: ProcessEnd) -> str:
     """One line: how the test's process ended."""
+    if end.ended_by_pytest_timeout is not None:
+        return f"{end.ended_by_pytest_timeout[0]} Its thread method ended the test process"
     if end.timed_out:
         return (
             f"test process timed out after {end.timeout:g} s and was killed with its process group"
@@ -146,7 +156,11 @@ def crash_text(
         parts.append("its collection failed:\n" + "\n".join(collect_errors))
     stderr = end.stderr
     names = end.journal.thread_names
-    if end.timed_out:
+    if end.ended_by_pytest_timeout is not None:
+        stacks = end.ended_by_pytest_timeout[1]
+        stderr = stderr.replace(stacks, "")
+        parts.append(f"its stacks, as pytest-timeout dumped them:\n{stacks}")
+    elif end.timed_out:
         stderr = stderr.removesuffix(end.stacks_at_stop)
         stacks = _shown(parse_stacks(end.stacks_at_stop), full_trace, names, crash=False)
         none = "(none: it did not answer the request for its stacks)"
@@ -175,7 +189,9 @@ def _shown(dump: Dump | None, full_trace: bool, names: dict[int, str], *, crash:
 def crash_error(end: ProcessEnd, text: CrashText, where: str) -> ErrorEntry:
     """The report's error entry: in the crashing thread where the journal names it, else in
     ``where`` (the process); typed by its signal."""
-    if end.timed_out:
+    if end.ended_by_pytest_timeout is not None:
+        kind, type_name, hint = TIMEOUT, "Timeout", PYTEST_TIMEOUT_HINT
+    elif end.timed_out:
         kind, type_name, hint = TIMEOUT, "Timeout", TIMEOUT_HINT
     else:
         number = end.signal_number()

@@ -308,10 +308,16 @@ def _failed(guarded: Guarded, call: _Call, error: BaseException, *, raise_now: b
     """Our code failed: noted, and, where the test asked for that part, the test fails saying
     so; ``essential`` code stops what it serves."""
     configuring = call.function.__name__ in _CONFIGURATION_HOOKS
-    config = call.config() if configuring else None
     from .plugin_errors import note_failure
 
-    note_failure(guarded.loss, error, call.item(), config, stops=guarded.stops)
+    note_failure(
+        guarded.loss,
+        error,
+        call.item(),
+        call.config(),
+        configuring=configuring,
+        stops=guarded.stops,
+    )
     _unhonoured(guarded, call, error, raise_now=raise_now)
     if guarded.essential:
         raise PluginFailure(f"cudagraph_guard: {_why(guarded.loss, error)}") from error

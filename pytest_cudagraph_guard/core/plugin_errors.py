@@ -26,6 +26,7 @@ def note_failure(
     item: pytest.Item | None = None,
     config: pytest.Config | None = None,
     *,
+    configuring: bool = False,
     stops: bool = True,
 ) -> None:
     """A failure of our code in a hook: noted once for the session (that part stops, unless
@@ -37,7 +38,10 @@ def note_failure(
     _torch.note_internal_error(loss, error, stops=stops)
     if item is not None:
         item.stash.setdefault(plugin_errors_key, []).append(plugin_error_record(loss, error))
-    warn_torch_notices(config)
+    if config is None and item is not None:
+        config = item.config
+    nodeid = item.nodeid if item is not None else ""
+    warn_torch_notices(config, when="config" if configuring else "runtest", nodeid=nodeid)
 
 
 def plugin_error_record(loss: _torch.Loss, error: BaseException) -> ErrorEntry:

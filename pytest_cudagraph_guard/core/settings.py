@@ -171,9 +171,7 @@ def print_settings() -> None:
     except _torch.TorchNotInstalled:
         print("torch is not installed: no cudagraph settings to show")
         return
-    import importlib
-
-    importlib.import_module(_torch.DYNAMO_CONFIG)
+    _torch.import_quietly(_torch.DYNAMO_CONFIG)
     settings = effective_settings()
     width = max(len(key) for key in settings)
     print("cudagraph settings of torch._inductor.config (value, source):")

@@ -20,16 +20,34 @@ class CudagraphGuardWarning(UserWarning):
     user loses; the tests run on as they would without the plugin."""
 
 
-def warn_torch_notices(config: pytest.Config | None = None) -> None:
+def notify(
+    config: pytest.Config,
+    warning: Warning,
+    *,
+    when: str = "runtest",
+    nodeid: str = "",
+    filename: str = __file__,
+    lineno: int = 0,
+) -> None:
+    """``warning`` in the warnings summary as pytest shows a test's own (``when``: ``config``,
+    ``collect`` or ``runtest``), past the warning filters: the plugin's notices, and warnings a
+    test process's filters already let through, are never made a test's error or hidden."""
+    message = warnings.WarningMessage(warning, type(warning), filename, lineno)
+    recorded = {"warning_message": message, "when": when, "nodeid": nodeid, "location": None}
+    config.hook.pytest_warning_recorded.call_historic(kwargs=recorded)
+
+
+def warn_torch_notices(
+    config: pytest.Config | None, *, when: str = "runtest", nodeid: str = ""
+) -> None:
     """Warns, once each, what the torch boundary noted since the last call: parts that could not
-    work on this torch and internal errors of ours. Called only from pytest hooks, where pytest
-    records warnings and where nothing of torch's or the user's is on the stack; with
-    ``config``, from a hook before the session's warnings are recorded (``pytest_configure``),
-    as a warning of the configuration."""
+    work on this torch and internal errors of ours, past the warning filters (:func:`notify`).
+    Called only from pytest hooks, where nothing of torch's or the user's is on the stack;
+    without the session's ``config`` (none at hand), as a plain warning."""
     from .. import _torch
 
     for notice in _torch.take_notices():
         if config is None:
             warnings.warn(CudagraphGuardWarning(notice), stacklevel=2)
         else:
-            config.issue_config_time_warning(CudagraphGuardWarning(notice), stacklevel=2)
+            notify(config, CudagraphGuardWarning(notice), when=when, nodeid=nodeid)

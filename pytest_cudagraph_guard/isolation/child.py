@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any, NoReturn, TextIO, cast
 
 import pytest
 from _pytest.terminal import TerminalReporter  # pytest 8.0 exports no pytest.TerminalReporter
@@ -41,6 +41,7 @@ from .protocol import (
     parse_run,
     warning_to_send,
 )
+from .terminal import TERMINAL_FDS_VARIABLE, PytestChatter, write_to_terminal
 
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
@@ -62,6 +63,11 @@ _QUIETING = _torch.Loss(
 # Plugins of the parent that must not act in the child: they would rewrite the parent's cache,
 # start workers, stop for a debugger nobody sees, or write the parent's report files.
 BLOCKED_PLUGINS = ("lfplugin", "nfplugin", "stepwiseplugin")
+# What pytest's start-up warns in a test process only: it finds the installed plugins' modules
+# that the zygote preloaded already imported. In effect until the session is configured.
+START_UP_FILTER = (
+    "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning"
+)
 NEUTRAL_OPTIONS: dict[str, object] = {
     "dist": "no",
     "distload": False,
@@ -140,12 +146,15 @@ class _Ending:
 def _enter(request: ChildRequest) -> None:
     _die_with_parent()
     os.chdir(request["cwd"])
+    terminal = os.environ.get(TERMINAL_FDS_VARIABLE)
     os.environ.clear()
     os.environ.update(request["env"])
     sys.path[:] = child_sys_path(request)
     # A copy of the real stderr: pytest's capture points fd 2 elsewhere while the test runs.
     _stacks_stream.append(os.fdopen(os.dup(2), "w"))
     faulthandler.register(STACKS_SIGNAL, file=_stacks_stream[0], all_threads=True)
+    if request["live_output"] and terminal is not None:
+        write_to_terminal(terminal)
 
 
 def _die_with_parent() -> None:
@@ -163,7 +172,8 @@ def _run_session(child: SubprocessChild) -> int:
     else:
         if child.request["switches"]:
             _switch_cudagraphs_on(child)
-    return int(pytest.main(list(child.request["args"]), plugins=[child]))
+    args = [*child.request["args"], "-W", START_UP_FILTER]
+    return int(pytest.main(args, plugins=[child]))
 
 
 def _switch_cudagraphs_on(child: SubprocessChild) -> None:
@@ -199,6 +209,10 @@ class SubprocessChild:
     @ours(_LINK, essential=True, starts_session=True)
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
         self.config = config
+        for namespace in (config.known_args_namespace, config.option):
+            filters = getattr(namespace, "pythonwarnings", None) or []
+            if START_UP_FILTER in filters:
+                filters.remove(START_UP_FILTER)
         config.stash[test_process_key] = True
         config.stash[journal_path_key] = self.journal_path
         self._select_test(config)
@@ -217,14 +231,16 @@ class SubprocessChild:
     @ours(_QUIETING)
     def pytest_configure(self, config: pytest.Config) -> None:
         """pytest's own terminal output of this session (its header, "collected 1 item", the
-        progress) goes nowhere: the parent shows the test's reports, and the process's stdout,
-        read when it dies, keeps only what the test itself wrote."""
+        progress) goes nowhere (:class:`.terminal.PytestChatter`): the parent shows the test's
+        reports, and the process's stdout, read when it dies, keeps only what the test itself
+        wrote. Where the output is live, a crash's dump still goes to the test's stderr file."""
+        if self.request["live_output"] and _stacks_stream:
+            faulthandler.enable(file=_stacks_stream[0], all_threads=True)
         standard = config.pluginmanager.get_plugin("terminalreporter")
         if standard is None:
             return
-        chatter = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
-        config.add_cleanup(chatter.close)
         config.pluginmanager.unregister(standard)
+        chatter = cast(TextIO, PytestChatter())
         config.pluginmanager.register(TerminalReporter(config, chatter), "terminalreporter")
 
     @ours(_QUIETING)
@@ -334,9 +350,9 @@ class SubprocessChild:
     def pytest_warning_recorded(
         self, warning_message: Any, when: str, nodeid: str, location: Any
     ) -> None:
-        if when != "runtest":
-            return
         found = warning_message
+        if when != "runtest" and not issubclass(found.category, CudagraphGuardWarning):
+            return  # the session's own start-up: the parent's start-up warned the same
         sent = warning_to_send(found.category, found.message, found.filename, found.lineno, nodeid)
         self._send(sent)
 

@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -30,7 +29,8 @@ from ..core.records import (
     no_activity,
 )
 from ..core.settings import cudagraph_switches
-from ..core.warnings import CudagraphGuardWarning
+from ..core.warnings import CudagraphGuardWarning, notify
+from . import timeouts
 from .expected import expected_death
 from .pool import ChildExit, SubprocessRunner
 from .preloads import session_modules
@@ -43,8 +43,15 @@ from .protocol import (
     SerializedReport,
     WarningSent,
 )
+from .terminal import output_is_live
 
 PHASES: Final = ("setup", "call", "teardown")
+DEBUGGER_NOTICE: Final = (
+    "cudagraph_subprocess: --pdb and --trace cannot stop in the debugger in a test that runs in "
+    "a process of its own; to debug one in this process, run it without --cudagraph-subprocess "
+    "(or mark it @pytest.mark.cudagraph_main_thread), or, where the test itself is marked "
+    "cudagraph_subprocess, with -p no:cudagraph_guard"
+)
 
 # --- from the child's messages to the parent's reports -----------------------------------------
 
@@ -77,19 +84,12 @@ def read_messages(outcome: ChildExit) -> ChildMessages:
 
 
 def emit_warnings(config: pytest.Config, nodeid: str, found: list[WarningSent]) -> None:
+    """The test process's warnings, shown as pytest shows a test's own (its filters already
+    applied to them)."""
     for data in found:
         category = _warning_category(data["category"])
-        _record_warning(config, nodeid, category(data["message"]), data["filename"], data["lineno"])
-
-
-def _record_warning(
-    config: pytest.Config, nodeid: str, warning: Warning, filename: str = __file__, lineno: int = 0
-) -> None:
-    """Shown in the warnings summary as pytest shows a test's own warnings (the child's filters
-    already applied to them)."""
-    message = warnings.WarningMessage(warning, type(warning), filename, lineno)
-    recorded = {"warning_message": message, "when": "runtest", "nodeid": nodeid}
-    config.hook.pytest_warning_recorded.call_historic(kwargs={**recorded, "location": None})
+        warning = category(data["message"])
+        notify(config, warning, nodeid=nodeid, filename=data["filename"], lineno=data["lineno"])
 
 
 _said = pytest.StashKey[set[str]]()
@@ -100,7 +100,7 @@ def say_once(item: pytest.Item, notice: str) -> None:
     said = item.config.stash.setdefault(_said, set())
     if notice not in said:
         said.add(notice)
-        _record_warning(item.config, item.nodeid, CudagraphGuardWarning(notice))
+        notify(item.config, CudagraphGuardWarning(notice), nodeid=item.nodeid)
 
 
 def _warning_category(name: str) -> type[Warning]:
@@ -128,6 +128,8 @@ def run_protocol(
     """Runs ``item`` in a test process and logs its reports here, as pytest's own protocol
     would have. With ``set_up_next``, the process of ``nextitem`` is set up meanwhile."""
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    if item.config.option.usepdb or item.config.option.trace:
+        say_once(item, DEBUGGER_NOTICE)
     folder = runner.folder.new_test_folder()
     following = nextitem if set_up_next else None
     outcome = runner.run(child_request(item, options, following, folder), folder, options.timeout)
@@ -169,6 +171,7 @@ def child_request(
         "spares": session.spares,
         "init_cuda": False,
         "timeout": options.timeout,
+        "live_output": output_is_live(item.config.option.capture),
     }
 
 
@@ -201,9 +204,19 @@ def _log_child_reports(item: pytest.Item, messages: ChildMessages) -> list[str]:
         )
         if not isinstance(report, pytest.TestReport) or report.nodeid != item.nodeid:
             continue
+        _subtest_parameters_as_sent(report, data)
         item.ihook.pytest_runtest_logreport(report=report)
         logged.append(report.when)
     return logged
+
+
+def _subtest_parameters_as_sent(report: pytest.TestReport, data: SerializedReport) -> None:
+    """A subtest's parameters as the test process showed them: pytest's subtests report takes
+    their ``repr`` as it is made, and again as it is read back (``i='1'`` for ``i=1``)."""
+    context = getattr(report, "context", None)
+    sent = data.get("_subtest.context")
+    if context is not None and isinstance(sent, dict) and isinstance(sent.get("kwargs"), dict):
+        object.__setattr__(context, "kwargs", dict(sent["kwargs"]))
 
 
 def _tuples_back(data: SerializedReport) -> SerializedReport:
@@ -243,7 +256,7 @@ def _log_death(
     sections = [
         (f"Captured {name} (test process {outcome.pid})", captured)
         for name, captured in streams.items()
-        if captured
+        if captured.strip()
     ]
     reason, notice = expected_death(item)
     if notice is not None:
@@ -274,14 +287,21 @@ def _log_death(
 def _process_end(item: pytest.Item, outcome: ChildExit, options: SubprocessOptions) -> ProcessEnd:
     """How the test's process ended, as :mod:`..core.crash` words it."""
     journal = read_journal(outcome.folder / JOURNAL_NAME)
+    stderr = outcome.stream(STDERR_NAME)
+    by_pytest_timeout = None
+    code = os.waitstatus_to_exitcode(outcome.status) if outcome.status is not None else None
+    seconds = timeouts.ended_by_thread_method(item, code, stderr)
+    if seconds is not None:
+        by_pytest_timeout = (timeouts.message(seconds), timeouts.dump_of(stderr))
     return ProcessEnd(
         outcome.status,
-        stderr=outcome.stream(STDERR_NAME),
+        stderr=stderr,
         timed_out=outcome.timed_out,
         timeout=options.timeout,
         stacks_at_stop=outcome.stacks,
         lost="test process was lost (its zygote died)",
         journal=journal_reading(journal, item.nodeid),
+        ended_by_pytest_timeout=by_pytest_timeout,
     )
 
 

@@ -8,7 +8,7 @@ started: a test process loads neither.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -17,6 +17,7 @@ from ..core import plugin_names
 from ..core.marker_arguments import item_subprocess_options
 from ..core.markers import MarkerError, plugin_marks, subprocess_marker_asked
 from ..core.ours import ours
+from . import timeouts
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession
@@ -70,6 +71,7 @@ class IsolationPlugin:
             return None  # setup fails the test with the message
         from .controller import run_protocol
 
+        options = timeouts.bounded(item, options)
         set_up_next = nextitem is not None and plugin_marks(nextitem)[1] is not None
         run_protocol(
             item,
@@ -79,6 +81,17 @@ class IsolationPlugin:
             reporting=self.session.recording,
             set_up_next=set_up_next,
         )
+        return True
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    @ours(_PROCESSES)
+    def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
+        """pytest-timeout's timer, for a test that runs in a process of its own: set in that
+        process (its session loads pytest-timeout as this one does), not in this one, which
+        only waits for it; the wait is bounded by the timeout and a margin."""
+        if plugin_marks(item)[1] is None:
+            return None
+        timeouts.keep(item, settings)
         return True
 
     @pytest.hookimpl(tryfirst=True)
@@ -99,8 +112,10 @@ class IsolationPlugin:
     def _test_runner(self) -> SubprocessRunner:
         if self._runner is None:
             from .pool import SubprocessRunner
+            from .terminal import output_is_live
 
             names = [name for name, _ in self.options.process_env]
-            self._runner = SubprocessRunner(import_time=names)
+            live = output_is_live(self.session.config.option.capture)
+            self._runner = SubprocessRunner(import_time=names, live_output=live)
             self.session.config.add_cleanup(self._runner.close)
         return self._runner

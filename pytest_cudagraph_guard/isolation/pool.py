@@ -34,6 +34,7 @@ from .protocol import (
     parse_reply,
     run_line,
 )
+from .terminal import handed_terminal
 
 ENTRY_MODULE: Final = __package__
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
@@ -75,17 +76,19 @@ class ChildExit:
 class Zygote:
     """A client for one zygote process, for one set of import-time variables."""
 
-    def __init__(self, env: dict[str, str], log: Path, cwd: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, cwd: Path, *, live_output: bool) -> None:
         self.log = log.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", ENTRY_MODULE, "serve"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,  # a Ctrl-C in the terminal is the parent's to handle
-        )
+        with handed_terminal(env, live_output) as (zygote_env, terminal):
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", ENTRY_MODULE, "serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.log,
+                env=zygote_env,
+                cwd=cwd,
+                start_new_session=True,  # a Ctrl-C in the terminal is the parent's to handle
+                pass_fds=terminal,
+            )
         self.log_path = log
         self.ready: bool | None = None
         self.notices: list[str] = []  # for the user, once each
@@ -186,10 +189,12 @@ class Zygote:
 class SubprocessRunner:
     """Starts and ends the test processes of one pytest session."""
 
-    def __init__(self, import_time: Collection[str] = ()) -> None:
+    def __init__(self, import_time: Collection[str] = (), *, live_output: bool = False) -> None:
         """``import_time``: names of variables that the zygotes must have as their test
-        processes do (ini ``cudagraph_process_env``'s), besides those of torch and Python."""
+        processes do (ini ``cudagraph_process_env``'s), besides those of torch and Python;
+        ``live_output``: test processes write to this session's terminal."""
         self.import_time = frozenset(import_time)
+        self.live_output = live_output
         self.folder = SessionFolder()
         self._zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
         self._spawn_reason = "Windows has no fork" if sys.platform == "win32" else None
@@ -244,7 +249,7 @@ class SubprocessRunner:
                 oldest.close(wait=True)
             folder = self.folder.path
             log = folder / f"zygote-{len(self._zygotes)}-{time.monotonic_ns()}.log"
-            zygote = Zygote(_zygote_env(env), log, folder)
+            zygote = Zygote(_zygote_env(env), log, folder, live_output=self.live_output)
             self._zygotes[key] = zygote
         return zygote
 
@@ -302,15 +307,17 @@ class SubprocessRunner:
         with (
             owner_only(folder / STDOUT_NAME, "wb") as stdout,
             owner_only(folder / STDERR_NAME, "wb") as stderr,
+            handed_terminal(_with_our_path(request["env"]), self.live_output) as (env, terminal),
         ):
             process = subprocess.Popen(
                 [sys.executable, "-m", ENTRY_MODULE, "run", str(request_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
-                env=_with_our_path(request["env"]),
+                env=env,
                 cwd=request["cwd"],
                 start_new_session=True,
+                pass_fds=terminal,
             )
         outcome = ChildExit(process.pid, folder)
         start = time.monotonic()

@@ -71,6 +71,7 @@ class ChildRequest(TypedDict):
     spares: int | None  # how many spares the zygote keeps (ini cudagraph_spares); None: auto
     init_cuda: bool  # set by the zygote in a spare's request: initialise CUDA before the test
     timeout: float  # the test's: how long its process may live, its session's end included
+    live_output: bool  # it writes to the session's terminal (-s, --capture=tee-sys)
 
 
 # A test report as ``pytest_report_to_serializable`` makes it: pytest's own JSON.

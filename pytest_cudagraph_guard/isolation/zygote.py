@@ -15,7 +15,6 @@ ends.
 from __future__ import annotations
 
 import gc
-import importlib
 import os
 import pickle
 import shutil
@@ -62,7 +61,7 @@ def preload(name: str) -> str | None:
     """Imports module ``name`` for the test processes to come; what the parent should say if it
     could not (a missing torch is each test's to report, as a skip)."""
     try:
-        importlib.import_module(name)
+        _torch.import_quietly(name)
     except Exception as exc:
         print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
         if name.startswith("pytest"):
@@ -266,7 +265,7 @@ class Learner:
 def _import_or_tell(name: str, failures: int) -> None:
     """In a trial fork: imports ``name``, or writes why not to ``failures`` and exits."""
     try:
-        importlib.import_module(name)
+        _torch.import_quietly(name)
     except Exception as exc:
         error = repr(exc).replace("\n", " ")
         os.write(failures, f"{name} {error}\n".encode())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import signal
+import threading
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,23 @@ class ThreadedCalls:
             return (yield)
         finally:
             pyfuncitem.obj = body
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    @ours(_THREADS)
+    def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> object:
+        """pytest-timeout's ``thread`` method ends the whole process at a timeout. A marked
+        test's body runs in threads of its own while the main thread waits for them, so the
+        signal method's alarm stops that wait: the test fails with pytest-timeout's message,
+        and the session goes on."""
+        if (
+            plugin_marks(item)[0] is None
+            or getattr(settings, "method", None) != "thread"
+            or not hasattr(signal, "SIGALRM")
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return None
+        as_signal = settings._replace(method="signal")
+        return item.ihook.pytest_timeout_set_timer(item=item, settings=as_signal)
 
 
 class ThreadedCases:

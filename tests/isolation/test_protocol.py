@@ -66,6 +66,7 @@ def test_a_test_process_path_adds_the_markers_pythonpath_after_the_first_entry()
         "spares": None,
         "init_cuda": False,
         "timeout": 300.0,
+        "live_output": False,
     }
     assert protocol.child_sys_path(request) == ["", "/extra", "/lib"]
 

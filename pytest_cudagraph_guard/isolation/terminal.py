@@ -1,0 +1,93 @@
+"""A test process's terminal, from both sides: where its output goes and what of pytest's own
+terminal output it keeps.
+
+pytest's own terminal output in a test process (its header, "collected 1 item", the progress)
+goes nowhere: the parent shows the test's reports. What pytest-timeout writes there when a
+test times out (its stacks) goes to the process's stderr, as it would reach the terminal.
+Under ``-s`` / ``--capture=no`` / ``--capture=tee-sys`` the process writes to the session's
+own terminal, live: the parent hands its standard output and error to the zygote (or the
+spawned interpreter), whose test processes write there; a crash's fault-handler dump still
+goes to the test's stderr file, where the parent reads it.
+
+Called by :mod:`.pool` (the parent), :mod:`.child` (the test process). Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from collections.abc import Iterator
+from types import FrameType
+from typing import Final
+
+# The variable that names the two descriptors of the session's terminal, "OUT,ERR", in a
+# zygote or spawned interpreter; set only where the session's output is live.
+TERMINAL_FDS_VARIABLE: Final = "PYTEST_CUDAGRAPH_GUARD_TERMINAL_FDS"
+LIVE_CAPTURE_MODES: Final = ("no", "tee-sys")
+# The module whose writes to the terminal are a test's timeout, not pytest's chatter.
+_TIMEOUT_PLUGIN: Final = "pytest_timeout"
+_FRAMES_LOOKED_AT: Final = 40
+
+
+def output_is_live(capture_mode: object) -> bool:
+    """Whether a session with this ``--capture`` mode shows what a test writes as it writes it."""
+    return capture_mode in LIVE_CAPTURE_MODES
+
+
+@contextlib.contextmanager
+def handed_terminal(
+    env: dict[str, str], live: bool
+) -> Iterator[tuple[dict[str, str], tuple[int, ...]]]:
+    """For a zygote or a spawned interpreter about to start: its environment, and the
+    descriptors to pass it (duplicates of this process's standard output and error, named in
+    the environment, closed here once it has started); where the output is not live, ``env``
+    as it is and none."""
+    if not live:
+        yield env, ()
+        return
+    fds = (os.dup(1), os.dup(2))
+    try:
+        yield {**env, TERMINAL_FDS_VARIABLE: f"{fds[0]},{fds[1]}"}, fds
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def write_to_terminal(named: str) -> None:
+    """In a test process whose session's output is live: its standard output and error become
+    the session's terminal (``named``: the variable's value). Its stderr file stays open where
+    the caller duplicated it."""
+    try:
+        out, err = (int(fd) for fd in named.split(","))
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+    except (ValueError, OSError):
+        return  # not handed over: the output stays in the test's files
+
+
+class PytestChatter(io.TextIOBase):
+    """pytest's terminal in a test process: dropped, but for what pytest-timeout writes there as
+    a test times out, which goes to ``sys.stderr`` as it is then (the test's captured stderr,
+    or the process's own)."""
+
+    def write(self, text: str) -> int:
+        if _written_by(_TIMEOUT_PLUGIN):
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _written_by(module: str) -> bool:
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(_FRAMES_LOOKED_AT):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__") == module:
+            return True
+        frame = frame.f_back
+    return False
