@@ -32,3 +32,12 @@ def ourtester(pytester: pytest.Pytester) -> pytest.Pytester:
     """A pytester whose sessions get a clean ini, so only the plugin's defaults apply."""
     pytester.makeini(QUIET_INI)
     return pytester
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester's own fixture, its sessions started without pytest-randomly's shuffle where it
+    is installed (the test extra has it for tests/ecosystem; a session asks for it with
+    ``-p randomly``). pytester drops ``PYTEST_ADDOPTS`` as it starts: it is set again here."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
+    return pytester

@@ -288,6 +288,8 @@ def _suite_args(guarded: Guarded) -> tuple[str, ...]:
         return ("--cudagraph-on",)
     if guarded.name.startswith("report.junit."):
         return ("--junitxml=junit.xml",)
+    if guarded.name.endswith(".pytest_timeout_set_timer"):  # pytest-timeout's, with a timeout
+        return ("--timeout=300",)
     return ("--cudagraph-threads=1",) if guarded.name.startswith("suite.") else ()
 
 

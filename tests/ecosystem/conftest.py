@@ -1,0 +1,63 @@
+"""Sessions beside the plugins real CUDA suites carry (pinned in the ``test`` extra): each inner
+session gets an ini that those plugins start quietly with, and pytest-randomly only where a
+test asks for it (``-p randomly``: see ``tests/conftest.py``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.procfs import all_gone
+
+# pytest-asyncio warns at every start where its loop scope is unset; the NumPy line is torch's.
+ECOSYSTEM_INI = """[pytest]
+asyncio_default_fixture_loop_scope = function
+filterwarnings =
+    ignore:Failed to initialize NumPy:UserWarning
+"""
+# Warnings are errors but for torch's NumPy line: pytest's later filters take precedence.
+STRICT_INI = ECOSYSTEM_INI.replace("filterwarnings =\n", "filterwarnings =\n    error\n")
+# Written by an inner test into the file $PIDS: the process it ran in and that process's parent.
+RECORD_PIDS = """
+import os as _os
+
+def _record_pids():
+    with open(_os.environ["PIDS"], "a") as _file:
+        _file.write(f"{_os.getpid()} {_os.getppid()}\\n")
+"""
+
+
+@pytest.fixture
+def eco(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """An inner session's folder with the ecosystem ini; ``$PIDS`` names where its tests write
+    their processes' pids (:data:`RECORD_PIDS`)."""
+    pytester.makeini(ECOSYSTEM_INI)
+    monkeypatch.setenv("PIDS", str(pytester.path / "pids"))
+    return pytester
+
+
+@pytest.fixture
+def no_process_left(eco: pytest.Pytester) -> Callable[[], None]:
+    """Checks that every process an inner test recorded (but this one) has ended."""
+
+    def check() -> None:
+        path: Path = eco.path / "pids"
+        text = path.read_text() if path.exists() else ""
+        pids = {int(pid) for line in text.splitlines() for pid in line.split()}
+        pids -= {os.getpid(), os.getppid()}
+        assert all_gone(sorted(pids)), f"left running: {sorted(pids)}"
+
+    return check
+
+
+def counts(result: pytest.RunResult) -> dict[str, int]:
+    """The outcomes and warnings of a session's summary line."""
+    return result.parseoutcomes()
+
+
+def no_internal_error(result: pytest.RunResult) -> None:
+    text = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in text, text
