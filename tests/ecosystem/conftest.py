@@ -4,6 +4,7 @@ test asks for it (``-p randomly``: see ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,29 @@ from pathlib import Path
 import pytest
 
 from tests.procfs import all_gone
+
+# The plugins of the test extra these tests run beside (the release matrix's oldest pytest runs
+# without them: they need a newer one).
+PLUGINS = (
+    "pytest_timeout",
+    "pytest_cov",
+    "pytest_rerunfailures",
+    "pytest_repeat",
+    "pytest_randomly",
+    "hypothesis",
+    "pytest_asyncio",
+    "pytest_mock",
+)
+MISSING = [name for name in PLUGINS if importlib.util.find_spec(name) is None]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if MISSING:
+        skip = pytest.mark.skip(reason=f"not installed: {', '.join(MISSING)} (the test extra)")
+        for item in items:
+            if "tests/ecosystem/" in item.nodeid:
+                item.add_marker(skip)
+
 
 # pytest-asyncio warns at every start where its loop scope is unset; the NumPy line is torch's.
 ECOSYSTEM_INI = """[pytest]

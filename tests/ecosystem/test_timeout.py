@@ -9,8 +9,6 @@ import pytest
 
 from .conftest import ECOSYSTEM_INI, RECORD_PIDS, counts, no_internal_error
 
-pytest.importorskip("pytest_timeout")
-
 # A realistic conftest: torch and its compiler imported before the tests run, so that the
 # timeouts below time the tests' bodies, not torch's imports on a busy machine.
 CONFTEST = """
