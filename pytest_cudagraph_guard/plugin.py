@@ -185,10 +185,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     the test's own: a suite option runs a torch-free test all the same) or without a CUDA
     device that the marker requires. A test that asked for a part of the plugin that failed
     errors."""
-    from .core.markers import applied_by_option, plugin_marks
+    from .core.markers import applied_by_option, main_thread_marks, plugin_marks
 
     fail_unhonoured(item)
     thread_mark, process_mark = plugin_marks(item)
+    if main_thread_marks(item):
+        _fail_main_thread_misuse(item)
     if thread_mark is None and process_mark is None:
         return
     torch_installed = _torch_installed()
@@ -201,6 +203,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     if require_cuda and not _torch.cuda_visible():
         pytest.skip("CUDA is not available")
+
+
+def _fail_main_thread_misuse(item: pytest.Item) -> None:
+    from .core.marker_arguments import main_thread_misuse
+
+    misuse = main_thread_misuse(item)
+    if misuse is not None:
+        pytest.fail(misuse, pytrace=False)
 
 
 def _isolation(session: PluginSession) -> IsolationPlugin:

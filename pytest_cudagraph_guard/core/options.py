@@ -8,13 +8,13 @@ The declarations (``pytest_addoption``) are in :mod:`.option_declarations`.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import pytest
 
+from .env_names import ENV_NAME_RULE, is_env_name
 from .kinds import ALL_KINDS
 from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
 
@@ -33,7 +33,6 @@ FORMAT_HELP: Final = "term, term-all, json:PATH or md:PATH"
 # The words pytest's own bool ini keys accept.
 TRUE_WORDS: Final = ("1", "true", "t", "yes", "y", "on")
 FALSE_WORDS: Final = ("0", "false", "f", "no", "n", "off")
-ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 COMMAND_LINE_ONLY: Final = frozenset({"settings"})
 INI_ONLY: Final = frozenset({"cuda_ahead", "spares", "process_env"})
 
@@ -269,8 +268,8 @@ def _environment(value: object, origin: str) -> tuple[tuple[str, str], ...]:
         name, equals, text = line.partition("=")
         if not line:
             continue
-        if not (equals and ENV_NAME.fullmatch(name.strip()) and "\0" not in text):
-            raise _error(origin, "lines of NAME=VALUE (NAME: letters, digits and _)", line)
+        if not (equals and is_env_name(name.strip()) and "\0" not in text):
+            raise _error(origin, f"lines of NAME=VALUE (NAME: {ENV_NAME_RULE})", line)
         found[name.strip()] = text.strip()
     return tuple(found.items())
 

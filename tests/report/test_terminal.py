@@ -350,6 +350,19 @@ def test_each_file_is_named_at_the_end_or_why_it_could_not_be(ourtester: pytest.
     alone.stdout.no_fnmatch_line("*= cudagraph report =*")
 
 
+def test_a_report_path_through_a_file_says_so_in_one_line(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(test_ok="def test_one():\n    pass\n")
+    result = ourtester.runpytest(
+        "--cudagraph-report=md:test_ok.py/r.md", "--cudagraph-report=json:test_ok.py/deep/r.json"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    assert [line for line in result.outlines if line.startswith("cudagraph report:")] == [
+        "cudagraph report: could not write md:test_ok.py/r.md (test_ok.py is a file, not a folder)",
+        "cudagraph report: could not write json:test_ok.py/deep/r.json "
+        "(test_ok.py is a file, not a folder)",
+    ]
+
+
 def test_markdown_shows_the_summary_and_the_tests_worth_a_look(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(
         """

@@ -318,6 +318,34 @@ def test_bad_marker_arguments_error_that_test_at_setup(
     )
 
 
+def test_of_several_thread_markers_the_closest_wins(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(
+        """
+        import threading
+        import pytest
+
+        SEEN = {}
+
+        @pytest.mark.cudagraph_thread(threads=3)
+        class TestDrafters:
+            @pytest.mark.cudagraph_thread(threads=2)
+            def test_method(self):
+                SEEN.setdefault("method", set()).add(threading.current_thread().name)
+
+        @pytest.mark.cudagraph_thread(threads=4)
+        @pytest.mark.cudagraph_thread(threads=2)
+        def test_stacked():
+            SEEN.setdefault("stacked", set()).add(threading.current_thread().name)
+
+        def test_check():
+            assert {name: len(threads) for name, threads in SEEN.items()} == {
+                "method": 2, "stacked": 2
+            }
+        """
+    )
+    ourtester.runpytest("-p", "no:randomly").assert_outcomes(passed=3)
+
+
 def test_a_bad_marker_on_a_class_names_each_method(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(
         test_bad="""
