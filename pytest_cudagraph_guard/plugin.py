@@ -186,6 +186,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     device that the marker requires. A test that asked for a part of the plugin that failed
     errors."""
     from .core.markers import applied_by_option, main_thread_marks, plugin_marks
+    from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
 
     fail_unhonoured(item)
     thread_mark, process_mark = plugin_marks(item)
@@ -199,10 +200,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(failure, pytrace=False)
     if not torch_installed:
         if applied_by_option(item) is None:
-            pytest.skip("torch is not installed")
+            skip_test(NO_TORCH)
         return
     if require_cuda and not _torch.cuda_visible():
-        pytest.skip("CUDA is not available")
+        skip_test(NO_CUDA)
 
 
 def _fail_main_thread_misuse(item: pytest.Item) -> None:
