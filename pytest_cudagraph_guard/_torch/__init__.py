@@ -89,6 +89,9 @@ if TYPE_CHECKING:
         Compiled as Compiled,
     )
     from .events import (
+        CompileEnded as CompileEnded,
+    )
+    from .events import (
         CrossThread as CrossThread,
     )
     from .events import (
@@ -286,6 +289,7 @@ _EXPORTS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "events": (
         "Compiled",
+        "CompileEnded",
         "CrossThread",
         "Cudagraphified",
         "Observer",

@@ -12,7 +12,15 @@ from typing import Any, Final
 
 from .config_access import CUDAGRAPH_SWITCHES
 from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
-from .events import AUDIENCE, Compiled, CompileOption, ConfigValues, Cudagraphified, emit
+from .events import (
+    AUDIENCE,
+    Compiled,
+    CompileEnded,
+    CompileOption,
+    ConfigValues,
+    Cudagraphified,
+    emit,
+)
 from .faults import run_ours
 from .function_names import compiled_function
 from .patch_table import PATCHES
@@ -71,12 +79,18 @@ def _observed_user_compiler(call_user_compiler: Any) -> Any:
         if name != INDUCTOR_BACKEND:
             emit(Compiled(thread_label(), name, {}, cudagraph_settings_here(), function))
 
+    def observe_end(output_graph: Any) -> None:
+        name = backend_name(getattr(output_graph, "compiler_fn", None))
+        emit(CompileEnded(thread_label(), name, getattr(_COMPILING, "function", None)))
+
     @functools.wraps(call_user_compiler)
     def call_user_compiler_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
         outer = getattr(_COMPILING, "function", None)  # a compile that started inside another
         run_ours(loss, observe, self)
         try:
-            return call_user_compiler(self, *args, **kwargs)
+            compiled = call_user_compiler(self, *args, **kwargs)
+            run_ours(loss, observe_end, self)
+            return compiled
         finally:
             _COMPILING.function = outer
 

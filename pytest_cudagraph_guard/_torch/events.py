@@ -32,6 +32,16 @@ class Compiled:
 
 
 @dataclass(frozen=True, slots=True)
+class CompileEnded:
+    """A torch.compile backend call returned: the function is compiled, and what comes next is
+    the compiled code running."""
+
+    thread: str
+    backend: str
+    function: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Cudagraphified:
     """A compiled graph wrapped for CUDA graphs (``trees``: through CUDAGraph Trees)."""
 
@@ -60,7 +70,8 @@ class Recorded:
 
 @dataclass(frozen=True, slots=True)
 class Replayed:
-    """A CUDA graph replayed; ``settings`` only at a test's first moment."""
+    """A CUDA graph replayed (emitted once the replay returned); ``settings`` only at a test's
+    first moment."""
 
     thread: str
     settings: ConfigValues | None = None
@@ -114,6 +125,7 @@ class RanEarlierGraph:
 
 TorchEvent = (
     Compiled
+    | CompileEnded
     | Cudagraphified
     | RecordingStarted
     | Recorded

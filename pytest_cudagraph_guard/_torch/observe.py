@@ -238,8 +238,9 @@ def _observed_replay(replay: Any) -> Any:
 
     @functools.wraps(replay)
     def replay_observed(*args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe)
-        return replay(*args, **kwargs)
+        result = replay(*args, **kwargs)
+        run_ours(loss, observe)  # after it: the journal says "after replay N"
+        return result
 
     return replay_observed
 
