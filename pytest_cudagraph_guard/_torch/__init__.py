@@ -98,6 +98,9 @@ if TYPE_CHECKING:
         Cudagraphified as Cudagraphified,
     )
     from .events import (
+        GraphOrigin as GraphOrigin,
+    )
+    from .events import (
         Observer as Observer,
     )
     from .events import (
@@ -292,6 +295,7 @@ _EXPORTS: Final[dict[str, tuple[str, ...]]] = {
         "CompileEnded",
         "CrossThread",
         "Cudagraphified",
+        "GraphOrigin",
         "Observer",
         "RanEarlierGraph",
         "Recorded",

@@ -94,7 +94,7 @@ def journal_activity(event: _torch.TorchEvent) -> Activity | None:
     if doing is None:
         return None
     backend = getattr(event, "backend", None) or None
-    return Activity(doing, event.thread, event.function, backend)
+    return Activity(doing, event.thread, getattr(event, "function", None), backend)
 
 
 class WorkerFaults:

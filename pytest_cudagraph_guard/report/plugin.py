@@ -89,7 +89,7 @@ class ReportPlugin:
         activity = None
         if _torch.torch_loaded():
             self._observe()
-            _torch.begin_test()
+            _torch.begin_test(item.nodeid)
             activity = TestActivity({})  # the main thread's settings are read when the body starts
         with self._lock:
             self._current = activity

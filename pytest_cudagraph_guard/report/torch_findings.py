@@ -57,6 +57,27 @@ def divergence_entry(thread: str, key: str, seen: Any, wanted: Any) -> ErrorEntr
     return error_entry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
 
 
+def earlier_divergence_entry(
+    thread: str, origin: _torch.GraphOrigin, key: str, seen: Any, wanted: Any
+) -> ErrorEntry:
+    """``thread`` ran code that an earlier test compiled with ``key=seen`` where this test means
+    ``wanted``: torch reused it, so nothing compiled here, and the finding follows the code."""
+    function = f"`{origin.function}`" if origin.function else "a function"
+    where = f"test {origin.test}" if origin.test else "before the tests"
+    message = (
+        f"{key}={seen!r} where {function} was compiled ({where}, thread {origin.thread!r}), "
+        f"{wanted!r} in the main thread at the test's start: thread {thread!r} ran that code, "
+        "compiled by an earlier test, and compiled nothing"
+    )
+    hint = (
+        "torch reused code an earlier test compiled (dynamo's cache) instead of compiling it "
+        "under this test's settings: reset compiled state between such tests "
+        "(torch._dynamo.reset(), as the cudagraphs fixture does after its test), or compile the "
+        "function in the test that uses it"
+    )
+    return error_entry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
+
+
 def _divergence_hint(key: str, seen: Any) -> str:
     if _torch.config_is_process_wide():
         return (
