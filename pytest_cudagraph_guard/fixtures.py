@@ -29,11 +29,12 @@ def _guarded(module_name: str) -> Iterator[ConfigGuard]:
     """A guard over ``module_name``, restored after the test; skips the test where torch is not
     installed."""
     from .core.config_guard import ConfigGuard
+    from .core.outcomes import NO_TORCH, skip_test
 
     try:
         guard = ConfigGuard(_torch.import_config(module_name))
     except _torch.TorchNotInstalled:
-        pytest.skip("torch is not installed")
+        skip_test(NO_TORCH)
     try:
         yield guard
     finally:

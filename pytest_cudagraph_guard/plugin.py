@@ -185,10 +185,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     the test's own: a suite option runs a torch-free test all the same) or without a CUDA
     device that the marker requires. A test that asked for a part of the plugin that failed
     errors."""
-    from .core.markers import applied_by_option, plugin_marks
+    from .core.markers import applied_by_option, main_thread_marks, plugin_marks
+    from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
 
     fail_unhonoured(item)
     thread_mark, process_mark = plugin_marks(item)
+    if main_thread_marks(item):
+        _fail_main_thread_misuse(item)
     if thread_mark is None and process_mark is None:
         return
     torch_installed = _torch_installed()
@@ -197,10 +200,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(failure, pytrace=False)
     if not torch_installed:
         if applied_by_option(item) is None:
-            pytest.skip("torch is not installed")
+            skip_test(NO_TORCH)
         return
     if require_cuda and not _torch.cuda_visible():
-        pytest.skip("CUDA is not available")
+        skip_test(NO_CUDA)
+
+
+def _fail_main_thread_misuse(item: pytest.Item) -> None:
+    from .core.marker_arguments import main_thread_misuse
+
+    misuse = main_thread_misuse(item)
+    if misuse is not None:
+        pytest.fail(misuse, pytrace=False)
 
 
 def _isolation(session: PluginSession) -> IsolationPlugin:

@@ -13,7 +13,7 @@ import pytest
 from . import _torch
 from .core.facts import applied_by_key
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
-from .core.options import OPTION_OF, applied_lines, plugin_options
+from .core.options import applied_lines, plugin_options
 from .core.ours import ours
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def asked_by_suite_option(item: pytest.Item) -> str | None:
     if not options.applies_markers or _keeps_its_own(item):
         return None
     asked = [THREAD_MARKER] * (options.threads > 0) + [SUBPROCESS_MARKER] * options.subprocess
-    return " and ".join(OPTION_OF[marker] for marker in asked)
+    return " and ".join(options.applier(marker) for marker in asked)
 
 
 class SuitePlugin:
@@ -49,7 +49,8 @@ class SuitePlugin:
             )
         if options.subprocess:
             self.marks.append(getattr(pytest.mark, SUBPROCESS_MARKER)())
-        self.applied: Counter[str] = Counter()  # tests by the option that marked them
+        self.appliers = {mark.name: options.applier(mark.name) for mark in self.marks}
+        self.applied: Counter[str] = Counter()  # tests by the option (or ini key) that marked them
 
     @pytest.hookimpl(trylast=True)
     @ours(_APPLYING, honours=asked_by_suite_option)
@@ -59,8 +60,8 @@ class SuitePlugin:
                 continue
             for mark in self.marks:
                 item.add_marker(mark)
-                item.stash[applied_by_key] = OPTION_OF[mark.name]
-                self.applied[OPTION_OF[mark.name]] += 1
+                item.stash[applied_by_key] = self.appliers[mark.name]
+                self.applied[self.appliers[mark.name]] += 1
 
     @ours(_APPLYING)
     def pytest_report_collectionfinish(self) -> list[str]:

@@ -89,10 +89,16 @@ if TYPE_CHECKING:
         Compiled as Compiled,
     )
     from .events import (
+        CompileEnded as CompileEnded,
+    )
+    from .events import (
         CrossThread as CrossThread,
     )
     from .events import (
         Cudagraphified as Cudagraphified,
+    )
+    from .events import (
+        GraphOrigin as GraphOrigin,
     )
     from .events import (
         Observer as Observer,
@@ -289,8 +295,10 @@ _EXPORTS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "events": (
         "Compiled",
+        "CompileEnded",
         "CrossThread",
         "Cudagraphified",
+        "GraphOrigin",
         "Observer",
         "RanEarlierGraph",
         "Recorded",

@@ -12,7 +12,15 @@ from typing import Any, Final
 
 from .config_access import CUDAGRAPH_SWITCHES
 from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
-from .events import AUDIENCE, Compiled, CompileOption, ConfigValues, Cudagraphified, emit
+from .events import (
+    AUDIENCE,
+    Compiled,
+    CompileEnded,
+    CompileOption,
+    ConfigValues,
+    Cudagraphified,
+    emit,
+)
 from .faults import run_ours
 from .function_names import compiled_function
 from .patch_table import PATCHES
@@ -20,7 +28,13 @@ from .patches import Patches, owner_class
 from .thread_names import thread_label
 
 INDUCTOR_BACKEND: Final = "inductor"
-_COMPILING: Final = threading.local()  # .function: the function dynamo compiles now
+# .function: the function dynamo compiles now; .options: the keys its compile's options set
+_COMPILING: Final = threading.local()
+
+
+def compiling_now() -> tuple[str | None, frozenset[str]]:
+    """The function this thread compiles now and the keys its compile's options set."""
+    return getattr(_COMPILING, "function", None), getattr(_COMPILING, "options", frozenset())
 
 
 def settings_moment() -> ConfigValues:
@@ -40,6 +54,8 @@ def _observed_compile_fx(compile_fx: Any) -> Any:
 
     def observe(kwargs: dict[str, object]) -> None:
         options = options_of(kwargs.get("config_patches"))
+        if options:
+            _COMPILING.options = frozenset(options)
         if options or not kwargs.get("inner_compile"):
             function = getattr(_COMPILING, "function", None)
             settings = settings_moment()
@@ -71,14 +87,21 @@ def _observed_user_compiler(call_user_compiler: Any) -> Any:
         if name != INDUCTOR_BACKEND:
             emit(Compiled(thread_label(), name, {}, cudagraph_settings_here(), function))
 
+    def observe_end(output_graph: Any) -> None:
+        name = backend_name(getattr(output_graph, "compiler_fn", None))
+        emit(CompileEnded(thread_label(), name, getattr(_COMPILING, "function", None)))
+
     @functools.wraps(call_user_compiler)
     def call_user_compiler_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        outer = getattr(_COMPILING, "function", None)  # a compile that started inside another
+        outer, outer_options = compiling_now()  # a compile that started inside another
+        _COMPILING.options = frozenset()
         run_ours(loss, observe, self)
         try:
-            return call_user_compiler(self, *args, **kwargs)
+            compiled = call_user_compiler(self, *args, **kwargs)
+            run_ours(loss, observe_end, self)
+            return compiled
         finally:
-            _COMPILING.function = outer
+            _COMPILING.function, _COMPILING.options = outer, outer_options
 
     return call_user_compiler_observed
 

@@ -32,6 +32,16 @@ class Compiled:
 
 
 @dataclass(frozen=True, slots=True)
+class CompileEnded:
+    """A torch.compile backend call returned: the function is compiled, and what comes next is
+    the compiled code running."""
+
+    thread: str
+    backend: str
+    function: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Cudagraphified:
     """A compiled graph wrapped for CUDA graphs (``trees``: through CUDAGraph Trees)."""
 
@@ -60,7 +70,8 @@ class Recorded:
 
 @dataclass(frozen=True, slots=True)
 class Replayed:
-    """A CUDA graph replayed; ``settings`` only at a test's first moment."""
+    """A CUDA graph replayed (emitted once the replay returned); ``settings`` only at a test's
+    first moment."""
 
     thread: str
     settings: ConfigValues | None = None
@@ -103,17 +114,34 @@ class SlowPath:
     reason: str
 
 
+@dataclass(slots=True)
+class GraphOrigin:
+    """Where a compiled graph was made: the test (its node id; "" where none was running), the
+    thread, the cudagraph settings in effect there, the keys its compile's options set, and
+    torch's reason where it ran the graph without CUDA graphs (noted once torch says so)."""
+
+    test: str
+    thread: str
+    settings: ConfigValues
+    options: frozenset[str]
+    function: str | None = None
+    skip: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class RanEarlierGraph:
-    """The running test called a compiled graph that an earlier test compiled (once per graph
-    and test)."""
+    """The running test called a compiled graph that an earlier test compiled (once per graph,
+    thread and test), with where it was made (None: before observing began); ``graph`` tells
+    the graphs apart."""
 
     thread: str
-    function: str | None = None
+    origin: GraphOrigin | None = None
+    graph: int = 0
 
 
 TorchEvent = (
     Compiled
+    | CompileEnded
     | Cudagraphified
     | RecordingStarted
     | Recorded
@@ -135,6 +163,7 @@ class _Audience:
     observers: list[Observer] = field(default_factory=list)
     settings_wanted: bool = False
     test_number: int = 0
+    test_name: str = ""  # the running test's node id
 
 
 AUDIENCE: Final = _Audience()

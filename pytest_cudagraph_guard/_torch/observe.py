@@ -16,10 +16,12 @@ import weakref
 from types import ModuleType
 from typing import Any, Final
 
-from .compile_events import patch_compile_fx, patch_output_graph, settings_moment
+from .compile_events import compiling_now, patch_compile_fx, patch_output_graph, settings_moment
+from .cudagraph_settings import cudagraph_settings_here
 from .events import (
     AUDIENCE,
     CrossThread,
+    GraphOrigin,
     Observer,
     RanEarlierGraph,
     Recorded,
@@ -55,10 +57,10 @@ class _ObservationState:
         self.manager_threads: weakref.WeakKeyDictionary[Any, tuple[int, str]] = (
             weakref.WeakKeyDictionary()
         )
-        # The test (``AUDIENCE.test_number``) that made each compiled graph, by id while it lives,
-        # and the graphs the running test has called so far.
-        self.graph_tests: dict[int, int] = {}
-        self.ran_graphs: set[int] = set()
+        # The test (``AUDIENCE.test_number``) that made each compiled graph and where, by id
+        # while it lives, and the graphs the running test has called so far, by thread.
+        self.graph_tests: dict[int, tuple[int, GraphOrigin]] = {}
+        self.ran_graphs: set[tuple[int, int]] = set()
 
 
 _STATE: Final = _ObservationState()
@@ -96,10 +98,11 @@ def stop_observing(observer: Observer) -> None:
     _STATE.patches.undo()
 
 
-def begin_test() -> None:
-    """A test starts: its first compile, recording or replay reads the settings, and graphs
-    compiled before now are an earlier test's."""
+def begin_test(nodeid: str = "") -> None:
+    """The test ``nodeid`` starts: its first compile, recording or replay reads the settings,
+    and graphs compiled before now are an earlier test's."""
     AUDIENCE.test_number += 1
+    AUDIENCE.test_name = nodeid
     AUDIENCE.settings_wanted = True
     _STATE.ran_graphs = set()
 
@@ -119,12 +122,14 @@ def _observed_graph_method(method: Any) -> Any:
     loss = PATCHES["observe.graph_init"].loss  # the same loss as graph_post_compile's
 
     def observe(graph: Any, before: int) -> None:
-        _note_made(graph)
+        origin = _note_made(graph)
         if skip_count() > before and skipped.get(id(graph)) is not graph:
             skipped[id(graph)] = graph  # torch may count one graph's skip twice
             reason = getattr(graph, "disabled_cudagraphs_reason", None) or "unknown"
             if not str(reason).startswith("skipping cudagraphs"):
                 reason = f"skipping cudagraphs due to {reason}"
+            if origin is not None:
+                origin.skip = str(reason)
             emit(Skipped(thread_label(), str(reason)))
 
     @functools.wraps(method)
@@ -138,14 +143,23 @@ def _observed_graph_method(method: Any) -> Any:
     return method_observed
 
 
-def _note_made(graph: Any) -> None:
+def _note_made(graph: Any) -> GraphOrigin | None:
+    """The test, thread, settings and options ``graph`` is made under, noted once per graph;
+    None for a graph that cannot be followed."""
     made = _STATE.graph_tests
-    if id(graph) not in made:
-        try:
-            weakref.finalize(graph, made.pop, id(graph), None)
-        except TypeError:  # a graph that cannot be referenced weakly: not followed
-            return
-        made[id(graph)] = AUDIENCE.test_number
+    noted = made.get(id(graph))
+    if noted is not None:
+        return noted[1]
+    try:
+        weakref.finalize(graph, made.pop, id(graph), None)
+    except TypeError:  # a graph that cannot be referenced weakly: not followed
+        return None
+    function, options = compiling_now()
+    origin = GraphOrigin(
+        AUDIENCE.test_name, thread_label(), cudagraph_settings_here(), options, function
+    )
+    made[id(graph)] = (AUDIENCE.test_number, origin)
+    return origin
 
 
 def _observed_graph_call(call: Any) -> Any:
@@ -155,15 +169,17 @@ def _observed_graph_call(call: Any) -> Any:
     state = _STATE
     loss = PATCHES["observe.graph_call"].loss
 
-    def observe(graph: Any) -> None:
-        state.ran_graphs.add(id(graph))
-        if state.graph_tests.get(id(graph), 0) < AUDIENCE.test_number:
-            emit(RanEarlierGraph(thread_label()))
+    def observe(graph: Any, seen: tuple[int, int]) -> None:
+        state.ran_graphs.add(seen)
+        test_number, origin = state.graph_tests.get(id(graph), (0, None))
+        if test_number < AUDIENCE.test_number:
+            emit(RanEarlierGraph(thread_label(), origin, id(graph)))
 
     @functools.wraps(call)
     def call_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if id(self) not in state.ran_graphs:
-            run_ours(loss, observe, self)
+        seen = (id(self), threading.get_ident())
+        if seen not in state.ran_graphs:
+            run_ours(loss, observe, self, seen)
         return call(self, *args, **kwargs)
 
     return call_observed
@@ -238,8 +254,9 @@ def _observed_replay(replay: Any) -> Any:
 
     @functools.wraps(replay)
     def replay_observed(*args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe)
-        return replay(*args, **kwargs)
+        result = replay(*args, **kwargs)
+        run_ours(loss, observe)  # after it: the journal says "after replay N"
+        return result
 
     return replay_observed
 

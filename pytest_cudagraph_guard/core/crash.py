@@ -127,13 +127,13 @@ def death_summary(end: ProcessEnd, nodeid: str, *, ran: bool) -> str:
 
 
 def activity_line(end: ProcessEnd) -> str | None:
-    """E.g. ``it died while replaying a graph of `step` in thread `drafter-1```."""
+    """E.g. ``it died after replay 4 of a graph of `step` in thread `drafter-1```."""
     last = end.journal.last
     if last is None:
         return None
     if end.timed_out:
-        return f"it was stopped while {last.phrase()}"
-    return f"it died while {last.phrase()}"
+        return f"it was stopped {last.phrase()}"
+    return f"it died {last.phrase()}"
 
 
 def crash_text(

@@ -2,9 +2,12 @@
 that whoever reads it after a crash (xdist's controller, the parent of a ``cudagraph_subprocess``
 test) can say what the process was doing when it died.
 
-One line when a test starts, then one line each time the activity changes (the first replay of a
-function in a thread, not every replay), each written with one ``os.write`` and no buffering: a
-crash loses no line. Standard library only.
+One line when a test starts, then one line each time the activity changes (a compile starts, a
+compile ends, a recording starts, a recording ends, a function's graph is replayed in a thread),
+each written with one ``os.pwrite`` and no buffering: a crash loses no line. A replay of the
+graph the last line names does not add a line: it rewrites that line's count in place (one
+``pwrite`` of a fixed-width number), so the journal says which replay was the last however many
+there were, at the cost of one system call. Standard library only.
 """
 
 from __future__ import annotations
@@ -19,28 +22,40 @@ from pathlib import Path
 from typing import Any, Final, TypedDict
 
 COMPILING: Final = "compiling"
+COMPILED: Final = "compiled"
 RECORDING: Final = "recording"
-REPLAYING: Final = "replaying"
+RECORDED: Final = "recorded"
+REPLAYED: Final = "replayed"
+# A replay count's width in a line, so that a later replay rewrites it in place.
+COUNT_WIDTH: Final = 12
 
 
 @dataclass(frozen=True)
 class Activity:
     """What torch was doing with CUDA graphs, in which thread."""
 
-    doing: str  # COMPILING, RECORDING or REPLAYING
+    doing: str  # COMPILING, COMPILED, RECORDING, RECORDED or REPLAYED
     thread: str
     function: str | None = None  # the compiled function, where torch's event names it
     backend: str | None = None  # of a compile
+    count: int | None = None  # of a replay: the how-manieth of this function in this thread
 
     def phrase(self) -> str:
-        """E.g. ``replaying a graph of `step` in thread `drafter-1```."""
+        """When a process ended, as against this activity: e.g. ``after replay 4 of `step` in
+        thread `drafter-1```, ``while compiling `step` (backend inductor) in thread
+        `MainThread```."""
         what = f"`{self.function}`" if self.function else None
-        if self.doing == COMPILING:
-            subject = what or "a function"
+        where = f"in thread `{self.thread}`"
+        if self.doing in (COMPILING, COMPILED):
             backend = f" (backend {self.backend})" if self.backend else ""
-            return f"compiling {subject}{backend} in thread `{self.thread}`"
+            when = "while" if self.doing == COMPILING else "after"
+            return f"{when} compiling {what or 'a function'}{backend} {where}"
         graph = f"a graph of {what}" if what else "a CUDA graph"
-        return f"{self.doing} {graph} in thread `{self.thread}`"
+        if self.doing == REPLAYED:
+            number = f" {self.count}" if self.count else ""
+            return f"after replay{number} of {graph} {where}"
+        when = "while" if self.doing == RECORDING else "after"
+        return f"{when} recording {graph} {where}"
 
 
 class _StartLine(TypedDict, total=False):
@@ -53,6 +68,9 @@ class _StartLine(TypedDict, total=False):
 
 
 class _ActivityLine(TypedDict):
+    """An activity; a replay's line ends with its ``count``, which the next replays of the same
+    graph in the same thread rewrite in place."""
+
     doing: str
     thread: str
     ident: int
@@ -61,37 +79,58 @@ class _ActivityLine(TypedDict):
 
 
 class JournalWriter:
-    """Appends to one process's journal; opened at the first line."""
+    """Writes one process's journal; opened at the first line. Lines are written at the end
+    the writer keeps (one writer per process), under a lock: threads may note at once."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._fd: int | None = None
+        self._end = 0
+        self._lock = threading.Lock()
         self._last: Activity | None = None
         self._env: dict[str, str] | None = None
+        self._replays: dict[tuple[str, str | None], int] = {}
+        self._count_at: int | None = None  # where the last line's replay count is, if it has one
 
     def start_test(self, nodeid: str, env: dict[str, str]) -> None:
         """A test starts in this thread, with ``env`` (the relevant environment variables)."""
-        self._last = None
         name, ident = threading.current_thread().name, threading.get_ident()
         line: _StartLine = {"test": nodeid, "thread": name, "ident": ident}
-        if env != self._env:  # said once, then again only where it changed
-            self._env = line["env"] = env
-        self._write(line)
+        with self._lock:
+            self._last = None
+            self._replays.clear()
+            if env != self._env:  # said once, then again only where it changed
+                self._env = line["env"] = env
+            self._write(line)
 
     def note(self, activity: Activity) -> None:
-        """Writes ``activity`` where it differs from the last one written (threads may race
-        here: at worst a line is written twice)."""
-        if activity == self._last:
+        """Writes ``activity`` where it differs from the last one written; a replay of the graph
+        the last line names rewrites that line's count."""
+        with self._lock:
+            if activity.doing == REPLAYED:
+                self._replayed(activity)
+            elif activity != self._last:
+                self._last = activity
+                self._write(self._line(activity))
+
+    def _replayed(self, activity: Activity) -> None:
+        key = (activity.thread, activity.function)
+        count = self._replays[key] = self._replays.get(key, 0) + 1
+        if activity == self._last and self._count_at is not None and self._fd is not None:
+            os.pwrite(self._fd, str(count).rjust(COUNT_WIDTH).encode(), self._count_at)
             return
         self._last = activity
-        line: _ActivityLine = {
+        self._write(self._line(activity), count)
+
+    @staticmethod
+    def _line(activity: Activity) -> _ActivityLine:
+        return {
             "doing": activity.doing,
             "thread": activity.thread,
             "ident": threading.get_ident(),
             "function": activity.function,
             "backend": activity.backend,
         }
-        self._write(line)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -99,10 +138,19 @@ class JournalWriter:
                 os.close(self._fd)
             self._fd = None
 
-    def _write(self, line: _StartLine | _ActivityLine) -> None:
+    def _write(self, line: _StartLine | _ActivityLine, count: int | None = None) -> None:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.write(self._fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+            self._end = os.fstat(self._fd).st_size
+        text = json.dumps(line, separators=(",", ":"))
+        self._count_at = None
+        if count is not None:  # the line's last field, padded so that a later one fits
+            head = f'{text[:-1]},"count":'
+            text = f"{head}{str(count).rjust(COUNT_WIDTH)}}}"
+            self._count_at = self._end + len(head.encode())
+        data = (text + "\n").encode()
+        os.pwrite(self._fd, data, self._end)
+        self._end += len(data)
 
 
 @dataclass(frozen=True)
@@ -132,15 +180,22 @@ def journal_reading(lines: Iterable[str], nodeid: str) -> JournalReading:
     starts = [i for i, entry in enumerate(entries) if entry.get("test") == nodeid]
     if not starts:
         return NOTHING_READ
-    ours = entries[starts[-1] :]
+    after = entries[starts[-1] + 1 :]
+    ends = [i for i, entry in enumerate(after) if "test" in entry]  # the next test's start
+    ours = [entries[starts[-1]], *(after[: ends[0]] if ends else after)]
     envs = [e["env"] for e in entries[: starts[-1] + 1] if isinstance(e.get("env"), dict)]
     names = {int(e["ident"]): str(e["thread"]) for e in ours if isinstance(e.get("ident"), int)}
     activities = [e for e in ours[1:] if "doing" in e]
     last = None
     if activities:
         entry = activities[-1]
+        count = entry.get("count")
         last = Activity(
-            str(entry["doing"]), str(entry["thread"]), entry.get("function"), entry.get("backend")
+            str(entry["doing"]),
+            str(entry["thread"]),
+            entry.get("function"),
+            entry.get("backend"),
+            count if isinstance(count, int) else None,
         )
     return JournalReading(last, names, envs[-1] if envs else None)
 

@@ -9,7 +9,17 @@ from typing import Any, Final, NamedTuple
 
 import pytest
 
-from .markers import TLS_MODES, MarkerError, applied_by_option
+from .env_names import ENV_NAME_RULE, is_env_name
+from .markers import (
+    MAIN_THREAD_MARKER,
+    SUBPROCESS_MARKER,
+    THREAD_MARKER,
+    TLS_MODES,
+    MarkerError,
+    applied_by_option,
+    main_thread_marks,
+    plugin_marks,
+)
 
 
 class ThreadOptions(NamedTuple):
@@ -168,13 +178,38 @@ def _check_env(value: object) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, Mapping):
         raise MarkerError(f"argument 'env' must be a str->str mapping, got {value!r}")
     for key, item in value.items():
-        if not (_is_env_name(key) and isinstance(item, str) and "\0" not in item):
+        if not (isinstance(key, str) and isinstance(item, str) and "\0" not in item):
             raise MarkerError(
                 f"argument 'env' must be a str->str mapping of variable names to values, "
                 f"got the item {key!r}: {item!r}"
             )
+        if not is_env_name(key):
+            raise MarkerError(f"argument 'env': {key!r} is not a variable name ({ENV_NAME_RULE})")
     return tuple(sorted(value.items()))
 
 
-def _is_env_name(name: object) -> bool:
-    return isinstance(name, str) and bool(name) and "=" not in name and "\0" not in name
+def main_thread_misuse(item: pytest.Item) -> str | None:
+    """The error of a ``cudagraph_main_thread`` marker used wrongly (None: none or used
+    right): it takes no arguments, and it cannot share a test with the markers that move the
+    test out of the main thread."""
+    marks = main_thread_marks(item)
+    if not marks:
+        return None
+    for mark in marks:
+        if mark.args or mark.kwargs:
+            given = [repr(a) for a in mark.args] + [f"{k}={v!r}" for k, v in mark.kwargs.items()]
+            error = MarkerError(f"takes no arguments, got {', '.join(given)}")
+            return describe_error(item.nodeid, MAIN_THREAD_MARKER, error)
+    thread_mark, process_mark = plugin_marks(item)
+    others = [
+        f"@pytest.mark.{name}"
+        for name, mark in ((THREAD_MARKER, thread_mark), (SUBPROCESS_MARKER, process_mark))
+        if mark is not None
+    ]
+    if not others:
+        return None
+    error = MarkerError(
+        f"cannot be combined with {' and '.join(others)} on one test: the test runs either in "
+        "the main thread or out of it; remove one of them"
+    )
+    return describe_error(item.nodeid, MAIN_THREAD_MARKER, error)

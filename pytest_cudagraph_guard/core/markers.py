@@ -73,6 +73,7 @@ def _asked(item: pytest.Item, mark: pytest.Mark | None, marker: str) -> str | No
 
 
 _marks_key = pytest.StashKey[tuple[pytest.Mark | None, pytest.Mark | None]]()
+_main_thread_key = pytest.StashKey[tuple[pytest.Mark, ...]]()
 
 
 def plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | None]:
@@ -80,11 +81,31 @@ def plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | N
     hooks may have added them)."""
     marks = item.stash.get(_marks_key, None)
     if marks is None:
-        closest: dict[str, pytest.Mark] = {}
-        for node in reversed(item.listchain()):  # the item first, as get_closest_marker
-            for mark in node.own_markers:
-                if mark.name in (THREAD_MARKER, SUBPROCESS_MARKER):
-                    closest.setdefault(mark.name, mark)
-        marks = (closest.get(THREAD_MARKER), closest.get(SUBPROCESS_MARKER))
-        item.stash[_marks_key] = marks
+        marks = _look_up(item)
+    return marks
+
+
+def main_thread_marks(item: pytest.Item) -> tuple[pytest.Mark, ...]:
+    """Every ``cudagraph_main_thread`` marker of the item, the closest first."""
+    marks = item.stash.get(_main_thread_key, None)
+    if marks is None:
+        _look_up(item)
+        marks = item.stash[_main_thread_key]
+    return marks
+
+
+def _look_up(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | None]:
+    """One walk over the item's markers, the closest first (pytest's rule, as
+    ``get_closest_marker``: of several markers of one name, the closest wins)."""
+    closest: dict[str, pytest.Mark] = {}
+    main_thread: list[pytest.Mark] = []
+    for node in reversed(item.listchain()):
+        for mark in node.own_markers:
+            if mark.name in (THREAD_MARKER, SUBPROCESS_MARKER):
+                closest.setdefault(mark.name, mark)
+            elif mark.name == MAIN_THREAD_MARKER:
+                main_thread.append(mark)
+    marks = (closest.get(THREAD_MARKER), closest.get(SUBPROCESS_MARKER))
+    item.stash[_marks_key] = marks
+    item.stash[_main_thread_key] = tuple(main_thread)
     return marks

@@ -8,13 +8,13 @@ The declarations (``pytest_addoption``) are in :mod:`.option_declarations`.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import pytest
 
+from .env_names import ENV_NAME_RULE, is_env_name
 from .kinds import ALL_KINDS
 from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
 
@@ -33,7 +33,6 @@ FORMAT_HELP: Final = "term, term-all, json:PATH or md:PATH"
 # The words pytest's own bool ini keys accept.
 TRUE_WORDS: Final = ("1", "true", "t", "yes", "y", "on")
 FALSE_WORDS: Final = ("0", "false", "f", "no", "n", "off")
-ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 COMMAND_LINE_ONLY: Final = frozenset({"settings"})
 INI_ONLY: Final = frozenset({"cuda_ahead", "spares", "process_env"})
 
@@ -48,21 +47,28 @@ def option_flag(name: str) -> str:
     return "--" + ini_key(name).replace("_", "-")
 
 
+def ini_origin(name: str) -> str:
+    """Where a value the ini file gave came from, as the report's origins say it."""
+    return f"ini option {ini_key(name)}"
+
+
 # The option that applies each marker to a suite's unmarked tests.
-OPTION_OF: Final = {
-    THREAD_MARKER: option_flag("threads"),
-    SUBPROCESS_MARKER: option_flag("subprocess"),
-}
+FIELD_OF: Final = {THREAD_MARKER: "threads", SUBPROCESS_MARKER: "subprocess"}
+OPTION_OF: Final = {marker: option_flag(field) for marker, field in FIELD_OF.items()}
 
 
-def applied_lines(tests_by_option: Mapping[str, int]) -> list[str]:
-    """What the suite options applied, from the number of tests each applied its marker to:
-    e.g. ``cudagraph_subprocess applied to 517 tests by --cudagraph-subprocess``."""
-    return [
-        f"{marker} applied to {tests_by_option[option]} tests by {option}"
-        for marker, option in OPTION_OF.items()
-        if tests_by_option.get(option)
-    ]
+def applied_lines(tests_by_applier: Mapping[str, int]) -> list[str]:
+    """What the suite options applied, from the number of tests each applied its marker to,
+    by the option or ini key that did (``applied_by``): e.g. ``cudagraph_subprocess applied to
+    517 tests by --cudagraph-subprocess``."""
+    lines = []
+    for marker, field in FIELD_OF.items():
+        for applier in (option_flag(field), ini_origin(field)):
+            count = tests_by_applier.get(applier, 0)
+            if count:
+                tests = "test" if count == 1 else "tests"
+                lines.append(f"{marker} applied to {count} {tests} by {applier}")
+    return lines
 
 
 class ReportFormat(NamedTuple):
@@ -96,6 +102,12 @@ class PluginOptions(NamedTuple):
     @property
     def applies_markers(self) -> bool:
         return self.threads > 0 or self.subprocess
+
+    def applier(self, marker: str) -> str:
+        """The option or ini key that applies ``marker`` to the suite's tests, as its origin
+        says it (``--cudagraph-subprocess``, ``ini option cudagraph_subprocess``)."""
+        field = FIELD_OF[marker]
+        return next((o for n, o in self.origins if n == field), option_flag(field))
 
     def as_record(self) -> OptionsRecord:
         """The options as the report's environment shows them (``settings`` is never on in a
@@ -154,7 +166,7 @@ def _given(config: pytest.Config, name: str) -> tuple[Any, str] | None:
     if name not in COMMAND_LINE_ONLY:
         value = config.getini(ini_key(name))
         if not _blank(value):
-            return value, f"ini option {ini_key(name)}"
+            return value, ini_origin(name)
     return None
 
 
@@ -269,8 +281,8 @@ def _environment(value: object, origin: str) -> tuple[tuple[str, str], ...]:
         name, equals, text = line.partition("=")
         if not line:
             continue
-        if not (equals and ENV_NAME.fullmatch(name.strip()) and "\0" not in text):
-            raise _error(origin, "lines of NAME=VALUE (NAME: letters, digits and _)", line)
+        if not (equals and is_env_name(name.strip()) and "\0" not in text):
+            raise _error(origin, f"lines of NAME=VALUE (NAME: {ENV_NAME_RULE})", line)
         found[name.strip()] = text.strip()
     return tuple(found.items())
 

@@ -8,7 +8,7 @@ from typing import Any, Final, NamedTuple
 
 from .. import _torch
 from .._torch import HIDDEN, UNSET
-from .environment import EnvironStamp, environ_stamp, torch_env
+from .environment import EnvironStamp, environ_stamp, user_torch_env
 from .records import SettingEntry, setting_entry
 
 # Besides the config modules, the modules whose source names the variables torch reads.
@@ -153,15 +153,16 @@ def settings_record(settings: dict[str, Setting]) -> dict[str, SettingEntry]:
 
 
 def env_read_by_torch() -> dict[str, str | None]:
-    """Each relevant variable that is set, with the module of this torch that reads it (None
-    where this torch reads no such variable)."""
+    """Each relevant variable that the user set (not torch itself: its default cache folder),
+    with the module of this torch that reads it (None where this torch reads no such
+    variable)."""
     import sys
 
     readers: dict[str, str] = {}
     for name in (*_torch.GUARDED_CONFIG_MODULES, *READERS):
         if name in sys.modules:
             readers.update(dict.fromkeys(_torch.env_variables_read(name), name))
-    return {name: readers.get(name) for name in torch_env()}
+    return {name: readers.get(name) for name in user_torch_env()}
 
 
 def print_settings() -> None:
@@ -181,7 +182,7 @@ def print_settings() -> None:
     read = env_read_by_torch()
     if not read:
         print("  (none of TORCHINDUCTOR_*, TORCHDYNAMO_*, TORCH_COMPILE* is set)")
-    for name, value in torch_env().items():
+    for name, value in user_torch_env().items():
         reader = read.get(name)
         note = f"read by {reader}" if reader else "not read by this torch release"
         print(f"  {name}={value}  ({note})")

@@ -14,7 +14,7 @@ import pytest
 
 from .. import _torch
 from ..core import plugin_names
-from ..core.marker_arguments import item_subprocess_options
+from ..core.marker_arguments import item_subprocess_options, main_thread_misuse
 from ..core.markers import MarkerError, plugin_marks, subprocess_marker_asked
 from ..core.ours import ours
 from . import timeouts
@@ -63,8 +63,8 @@ class IsolationPlugin:
     ) -> bool | None:
         """Runs a marked test in its own process and logs its reports; None for another test."""
         mark = plugin_marks(item)[1]
-        if mark is None:
-            return None
+        if mark is None or main_thread_misuse(item) is not None:
+            return None  # a misused marker: setup fails the test with the message
         try:
             options = item_subprocess_options(item, mark, self.options.timeout, self.options.on)
         except MarkerError:

@@ -1,11 +1,14 @@
 """A test's settings as torch acted under them: for each key, its value at the first moment torch
-compiled, recorded or replayed in the test (in the thread where it did), else at the test's end.
+compiled, recorded or replayed in a thread where the test's body ran, else at the test's end.
+Other threads (one the test started, torch's own) are not where the test's settings apply: what
+they compiled under is in each compile's entry, and a divergence from the test's is a finding.
 A value that a ``tearDown`` or the end of a ``with`` block put back is no value of the test's;
 a key torch acted under with several values lists them."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any, Final, NamedTuple
 
 from ..core.records import SettingEntry, setting_entry
@@ -28,9 +31,12 @@ class _Value(NamedTuple):
 
 
 def settings_as_acted(
-    at_end: dict[str, SettingEntry], activity: TestActivity | None
+    at_end: dict[str, SettingEntry], activity: TestActivity | None, body_threads: Collection[str]
 ) -> ActedSettings:
-    seen = _values_by_key(activity.moments if activity is not None else [])
+    """``at_end``: the settings read where the body ran, at its end; ``body_threads``: the names
+    of the threads the body ran in."""
+    moments = activity.moments if activity is not None else []
+    seen = _values_by_key([m for m in moments if m.thread in body_threads])
     settings = dict(at_end)
     varied: dict[str, list[Any]] = {}
     for key, values in seen.items():

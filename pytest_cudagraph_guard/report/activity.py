@@ -27,6 +27,7 @@ from .torch_findings import (
     Seen,
     cross_thread_entry,
     divergence_entry,
+    earlier_divergence_entry,
     rerecord_entry,
     slow_path_entry,
 )
@@ -80,6 +81,8 @@ class TestActivity:
         self.rerecords: Counter[Seen] = Counter()
         self.slow_paths: Counter[Seen] = Counter()
         self.earlier_compiled = 0
+        self.earlier_graphs: set[int] = set()
+        self.earlier_runs: list[tuple[str, _torch.GraphOrigin]] = []  # (thread, where it was made)
 
     def add(self, event: _torch.TorchEvent) -> None:
         """One event of torch's, as the observer of :mod:`.._torch` reports it."""
@@ -121,7 +124,17 @@ class TestActivity:
         self.slow_paths[Seen(event.thread, event.function, event.reason)] += 1
 
     def _on_ran_earlier_graph(self, event: _torch.RanEarlierGraph) -> None:
-        self.earlier_compiled += 1
+        """Code an earlier test compiled carries its entries into this test: its skip, and (in
+        ``divergences``) the settings it was compiled under."""
+        if event.graph not in self.earlier_graphs:
+            self.earlier_graphs.add(event.graph)
+            self.earlier_compiled += 1
+        origin = event.origin
+        if origin is None:
+            return
+        self.earlier_runs.append((event.thread, origin))
+        if origin.skip is not None:
+            self.skips.append(SkipEntry(thread=event.thread, reason=origin.skip))
 
     # -- the record ----------------------------------------------------------------------------
 
@@ -178,14 +191,33 @@ class TestActivity:
             thread = compiled.thread
             if thread == main or compiled.backend != INDUCTOR:
                 continue
-            intended = dict(self.main_settings)
-            if marker_switches and thread in marker_threads:
-                intended.update(marker_switches)
+            intended = self._intended(thread, marker_switches, marker_threads)
             for key, wanted in intended.items():
                 seen = compiled.settings.get(key)
                 if key not in compiled.options and seen != wanted:
                     found.append(divergence_entry(thread, key, seen, wanted))
+        for thread, origin in self.earlier_runs:
+            if thread == main:
+                continue
+            intended = self._intended(thread, marker_switches, marker_threads)
+            for key, wanted in intended.items():
+                seen = origin.settings.get(key)
+                if key not in origin.options and seen != wanted:
+                    found.append(earlier_divergence_entry(thread, origin, key, seen, wanted))
         return found
+
+    def _intended(
+        self,
+        thread: str,
+        marker_switches: Mapping[str, bool] | None,
+        marker_threads: Collection[str],
+    ) -> dict[str, object]:
+        """The cudagraph settings the test means a compile in ``thread`` to have: the main
+        thread's at the test's start, and in the marker's threads the marker's switches."""
+        intended = dict(self.main_settings)
+        if marker_switches and thread in marker_threads:
+            intended.update(marker_switches)
+        return intended
 
 
 _HANDLERS: Final[dict[type, Callable[[TestActivity, Any], None]]] = {

@@ -14,7 +14,15 @@ import pytest
 from .. import _torch
 from ..core.environment import UserEnvReader
 from ..core.facts import journal_path_key
-from ..core.journal import COMPILING, RECORDING, REPLAYING, Activity, JournalWriter
+from ..core.journal import (
+    COMPILED,
+    COMPILING,
+    RECORDED,
+    RECORDING,
+    REPLAYED,
+    Activity,
+    JournalWriter,
+)
 from ..core.ours import ours
 
 # What a controller tells each xdist worker (``workerinput``): where its journal and its fault
@@ -24,9 +32,10 @@ WORKER_FAULTS: Final = "cudagraph_guard_faults"
 # The events that change what the journal says a process is doing.
 _DOING: Final[dict[type, str]] = {
     _torch.Compiled: COMPILING,
+    _torch.CompileEnded: COMPILED,
     _torch.RecordingStarted: RECORDING,
-    _torch.Recorded: RECORDING,
-    _torch.Replayed: REPLAYING,
+    _torch.Recorded: RECORDED,
+    _torch.Replayed: REPLAYED,
 }
 _JOURNAL_LOSS: Final = _torch.Loss(
     "--cudagraph-report", "the last CUDA-graph activity of a test whose process dies"
@@ -85,7 +94,7 @@ def journal_activity(event: _torch.TorchEvent) -> Activity | None:
     if doing is None:
         return None
     backend = getattr(event, "backend", None) or None
-    return Activity(doing, event.thread, event.function, backend)
+    return Activity(doing, event.thread, getattr(event, "function", None), backend)
 
 
 class WorkerFaults:

@@ -81,6 +81,17 @@ class Group:
     def count(self) -> int:
         return max(len(self.threads), 1)
 
+    @property
+    def gist(self) -> int:
+        """How many characters at the start of ``text`` a cut keeps: for a finding (whose
+        message the plugin writes with its gist first, up to its first ": "), the type and
+        that gist; else none."""
+        if self.kind not in FINDING_KINDS:
+            return 0
+        type_end = self.text.find(": ")
+        gist_end = self.text.find(": ", type_end + 2) if type_end >= 0 else -1
+        return max(gist_end, 0)
+
     def head(self) -> str:
         """``error x2 [drafter-0..1]``: the label, the count and the threads."""
         return self.label + self.where()
@@ -175,6 +186,9 @@ def thread_label(threads: Sequence[str]) -> str:
     return ", ".join(plain + named)
 
 
-def cut(text: str, width: int) -> str:
-    """``text`` in ``width`` characters at most, an ellipsis where it was cut."""
-    return text if len(text) <= width else text[: max(width - 1, 0)].rstrip() + "…"
+def cut(text: str, width: int, keep: int = 0) -> str:
+    """``text`` in ``width`` characters at most, an ellipsis where it was cut; its first
+    ``keep`` characters are kept whatever the width."""
+    if len(text) <= width:
+        return text
+    return text[: max(width - 1, keep, 0)].rstrip() + "…"

@@ -73,7 +73,7 @@ def _entry_lines(record: TestRecord) -> list[str]:
     for group in grouped(record_entries(record)):
         lines.append(
             f"- `{_cell(record['nodeid'])}` **{group.kind}**{_cell(group.where())}: "
-            f"`{_cell(cut(group.text, CELL_WIDTH))}`"
+            f"`{_cell(cut(group.text, CELL_WIDTH, group.gist))}`"
         )
         if group.hint:
             lines.append(f"  - {_cell(group.hint)}")

@@ -89,7 +89,7 @@ class ReportPlugin:
         activity = None
         if _torch.torch_loaded():
             self._observe()
-            _torch.begin_test()
+            _torch.begin_test(item.nodeid)
             activity = TestActivity({})  # the main thread's settings are read when the body starts
         with self._lock:
             self._current = activity
@@ -173,7 +173,8 @@ class ReportPlugin:
         settings = (threads.settings if threads is not None else None) or state.settings
         if settings is None and _torch.torch_loaded():
             settings = self._settings_now()
-        shown = settings_as_acted(settings or {}, activity)
+        body_threads = threads.threads if threads is not None else (_torch.thread_label(),)
+        shown = settings_as_acted(settings or {}, activity, body_threads)
         return new_test_record(
             item.nodeid,
             outcome=overall_outcome(state.outcomes),

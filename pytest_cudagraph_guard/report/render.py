@@ -76,14 +76,17 @@ def _group_lines(groups: list[Group], entry_lines: int, hint_lines: int) -> list
 
 
 def _entry_lines(group: Group, most: int) -> list[str]:
-    """The entry in ``most`` lines: its text cut where needed, its kind kept."""
+    """The entry in ``most`` lines: its text cut where needed, its kind, and a finding's gist
+    (the key and values that differ), kept."""
     start = f"  {group.head()}: "
     end = _kind_suffix(group)
     lines = _kind_wrapped(start, group.text + end, ENTRY_INDENT)
     budget = most * WIDTH - len(start) - len(end)
-    while len(lines) > most and budget > 0:
+    while len(lines) > most:  # a finding's gist is kept: then its line may be longer
+        lines = _kind_wrapped(start, cut(group.text, budget, group.gist) + end, ENTRY_INDENT)
+        if budget <= group.gist:
+            break
         budget -= 8  # words wrap early: a few characters less until it fits
-        lines = _kind_wrapped(start, cut(group.text, budget) + end, ENTRY_INDENT)
     return lines
 
 

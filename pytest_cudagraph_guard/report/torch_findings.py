@@ -11,6 +11,7 @@ from .. import _torch
 from ..core.diagnosis import rerecord_hint, slow_path_hint
 from ..core.kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
 from ..core.records import ErrorEntry, error_entry
+from ..core.settings import default_entry, jsonable
 
 
 class CrossThreadRun(NamedTuple):
@@ -45,22 +46,58 @@ def cross_thread_entry(run: CrossThreadRun) -> ErrorEntry:
 
 
 def divergence_entry(thread: str, key: str, seen: Any, wanted: Any) -> ErrorEntry:
+    """A function compiled in ``thread`` with ``key=seen`` where the main thread had ``wanted``
+    at the test's start. The message's words up to its first ": " are its gist (the key, both
+    values), which a one-line view keeps; the hint fits the direction."""
+    message = (
+        f"{key}={seen!r} in thread {thread!r}, {wanted!r} in the main thread at the test's "
+        f"start: a function compiled in thread {thread!r} did not get the main thread's setting"
+    )
+    hint = _divergence_hint(key, seen)
+    return error_entry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
+
+
+def earlier_divergence_entry(
+    thread: str, origin: _torch.GraphOrigin, key: str, seen: Any, wanted: Any
+) -> ErrorEntry:
+    """``thread`` ran code that an earlier test compiled with ``key=seen`` where this test means
+    ``wanted``: torch reused it, so nothing compiled here, and the finding follows the code."""
+    function = f"`{origin.function}`" if origin.function else "a function"
+    where = f"test {origin.test}" if origin.test else "before the tests"
+    message = (
+        f"{key}={seen!r} where {function} was compiled ({where}, thread {origin.thread!r}), "
+        f"{wanted!r} in the main thread at the test's start: thread {thread!r} ran that code, "
+        "compiled by an earlier test, and compiled nothing"
+    )
+    hint = (
+        "torch reused code an earlier test compiled (dynamo's cache) instead of compiling it "
+        "under this test's settings: reset compiled state between such tests "
+        "(torch._dynamo.reset(), as the cudagraphs fixture does after its test), or compile the "
+        "function in the test that uses it"
+    )
+    return error_entry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
+
+
+def _divergence_hint(key: str, seen: Any) -> str:
     if _torch.config_is_process_wide():
-        hint = (
+        return (
             "config is process-wide on this torch: something changed it between the test's "
             "start and this compile"
         )
-    else:
-        hint = (
+    default = default_entry(key)
+    if default is None or default["value"] == jsonable(seen):
+        return (
             "torch >= 2.12 keeps config overrides per thread, so a thread started with "
             "threading.Thread sees the defaults: start it with contextvars.copy_context().run, "
             "set the config inside the thread, or pass mode=/options= to torch.compile"
         )
-    message = (
-        f"a function was compiled in thread {thread!r} with {key}={seen!r}; the main "
-        f"thread had {key}={wanted!r} at the test's start"
+    return (
+        f"the thread set {key}={seen!r} itself (its own code, or a config.patch entered in it), "
+        "and torch >= 2.12 keeps config overrides per thread, so the main thread and other "
+        "threads do not have it: set it in the main thread before the threads start (started "
+        "with contextvars.copy_context().run, they carry it in), or pass mode=/options= to "
+        "torch.compile so that every thread compiles alike"
     )
-    return error_entry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
 
 
 def rerecord_entry(seen: Seen, count: int) -> ErrorEntry:

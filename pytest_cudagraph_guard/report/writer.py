@@ -98,7 +98,7 @@ class ReportWriter:
             try:
                 write_atomically(fmt.path, text)
             except OSError as error:
-                reason = error.strerror or type(error).__name__
+                reason = why_not_written(fmt.path, error)
                 self.file_lines.append(
                     (f"cudagraph report: could not write {fmt.kind}:{fmt.path} ({reason})", True)
                 )
@@ -137,6 +137,18 @@ def _environment(options: OptionsRecord | None) -> Environment:
 
         return environment_record(python=platform.python_version(), options=options)
     return environment_record(**found, options=options)
+
+
+def why_not_written(path: Path, error: OSError) -> str:
+    """Why ``path`` could not be written: a folder of its path that is a file, said as such,
+    else the system's words."""
+    for folder in reversed(path.parents):
+        try:
+            if folder.exists() and not folder.is_dir():
+                return f"{folder} is a file, not a folder"
+        except OSError:
+            break
+    return error.strerror or type(error).__name__
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -9,33 +9,83 @@ from pathlib import Path
 
 from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard.core.crash import ProcessEnd, crash_error, crash_text, end_summary
-from pytest_cudagraph_guard.core.journal import JournalWriter, journal_reading, read_journal
+from pytest_cudagraph_guard.core.journal import (
+    REPLAYED,
+    Activity,
+    JournalWriter,
+    journal_reading,
+    read_journal,
+)
 from pytest_cudagraph_guard.report.crash_journal import journal_activity
 
 
-def test_a_line_per_change_of_activity_not_per_replay(tmp_path: Path) -> None:
+def test_a_line_per_change_of_activity_and_the_last_replay_counted_in_place(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "journal"
     writer = JournalWriter(path)
     writer.start_test("t.py::test_one", {"TORCHINDUCTOR_X": "1"})
-    for _ in range(100):
-        activity = journal_activity(_torch.Replayed("drafter-1", function="step"))
-        assert activity is not None
-        writer.note(activity)
+    idents = []
+
+    def drafter() -> None:
+        idents.append(threading.get_ident())
+        for event in (
+            _torch.Compiled("drafter-1", "inductor", {}, {}, "step"),
+            _torch.CompileEnded("drafter-1", "inductor", "step"),
+            *[_torch.Replayed("drafter-1", function="step")] * 100,
+        ):
+            activity = journal_activity(event)
+            assert activity is not None
+            writer.note(activity)
+
+    thread = threading.Thread(target=drafter, name="drafter-1")
+    thread.start()
+    thread.join()
     assert journal_activity(_torch.Skipped("drafter-1", "cpu")) is None
+    assert read_journal(path)[-1].endswith('"count":         100}')  # rewritten in place
+    assert len(read_journal(path)) == 4
     writer.start_test("t.py::test_two", {"TORCHINDUCTOR_X": "1"})
+    for name in ("step", "other", "step"):
+        writer.note(Activity(REPLAYED, "drafter-1", name))
     writer.close()
     lines = read_journal(path)
-    assert len(lines) == 3
-    assert '"env"' not in lines[2]  # unchanged since the first test
+    assert len(lines) == 8
+    assert '"env"' not in lines[4]  # unchanged since the first test
 
     one = journal_reading(lines, "t.py::test_one")
     assert one.last is not None
-    assert one.last.phrase() == "replaying a graph of `step` in thread `drafter-1`"
-    assert one.thread_names == {threading.get_ident(): threading.current_thread().name}
+    assert one.last.phrase() == "after replay 100 of a graph of `step` in thread `drafter-1`"
+    assert one.thread_names == {
+        threading.get_ident(): threading.current_thread().name,
+        idents[0]: "drafter-1",
+    }
     two = journal_reading(lines, "t.py::test_two")
-    assert two.last is None
+    assert two.last == Activity(REPLAYED, "drafter-1", "step", count=2)  # counted per test
     assert two.env == {"TORCHINDUCTOR_X": "1"}
     assert journal_reading(lines, "t.py::test_three").last is None
+
+
+def test_a_compile_that_ended_is_told_from_one_under_way(tmp_path: Path) -> None:
+    path = tmp_path / "journal"
+    writer = JournalWriter(path)
+    writer.start_test("t.py::test_one", {})
+    phrases = []
+    for event in (
+        _torch.Compiled("MainThread", "inductor", {}, {}, "step"),
+        _torch.CompileEnded("MainThread", "inductor", "step"),
+        _torch.Compiled("MainThread", "inductor", {}, {}, "loss"),
+    ):
+        activity = journal_activity(event)
+        assert activity is not None
+        writer.note(activity)
+        last = journal_reading(read_journal(path), "t.py::test_one").last
+        phrases.append(last.phrase() if last is not None else None)
+    writer.close()
+    assert phrases == [
+        "while compiling `step` (backend inductor) in thread `MainThread`",
+        "after compiling `step` (backend inductor) in thread `MainThread`",
+        "while compiling `loss` (backend inductor) in thread `MainThread`",
+    ]
 
 
 def test_a_line_cut_by_the_crash_is_skipped(tmp_path: Path) -> None:
@@ -50,7 +100,9 @@ def test_a_line_cut_by_the_crash_is_skipped(tmp_path: Path) -> None:
         file.write('{"doing": "repl')
     reading = journal_reading(read_journal(path), "t.py::test_one")
     assert reading.last is not None
-    assert reading.last.phrase() == "compiling a function (backend inductor) in thread `MainThread`"
+    assert reading.last.phrase() == (
+        "while compiling a function (backend inductor) in thread `MainThread`"
+    )
 
 
 FAULT = """\

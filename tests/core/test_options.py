@@ -192,6 +192,70 @@ def test_a_bad_marker_argument_is_one_message_once(
     assert f"test_bad.py::test_body: @pytest.mark.{marker.partition('(')[0]}: " in output
 
 
+@pytest.mark.parametrize(
+    ("marks", "message"),
+    [
+        (
+            ["cudagraph_main_thread(3)"],
+            "@pytest.mark.cudagraph_main_thread: takes no arguments, got 3",
+        ),
+        (
+            ["cudagraph_main_thread(reason='signals')"],
+            "@pytest.mark.cudagraph_main_thread: takes no arguments, got reason='signals'",
+        ),
+        (
+            ["cudagraph_main_thread", "cudagraph_thread(2)"],
+            "@pytest.mark.cudagraph_main_thread: cannot be combined with "
+            "@pytest.mark.cudagraph_thread on one test",
+        ),
+        (
+            ["cudagraph_subprocess", "cudagraph_main_thread"],
+            "@pytest.mark.cudagraph_main_thread: cannot be combined with "
+            "@pytest.mark.cudagraph_subprocess on one test",
+        ),
+        (
+            ["cudagraph_subprocess(env={'1X': 'a'})"],
+            "@pytest.mark.cudagraph_subprocess: argument 'env': '1X' is not a variable name "
+            "(letters, digits and _, not starting with a digit)",
+        ),
+    ],
+)
+def test_a_misused_marker_errors_that_test_once_naming_it(
+    ourtester: pytest.Pytester, marks: list[str], message: str
+) -> None:
+    decorators = "".join(f"@pytest.mark.{mark}\n" for mark in marks)
+    ourtester.makepyfile(
+        test_bad=f"""
+import threading
+import pytest
+
+RAN = []
+
+{decorators}def test_body():
+    RAN.append(threading.current_thread().name)
+
+def test_beside_it():
+    assert RAN == []
+"""
+    )
+    result = ourtester.runpytest()
+    result.assert_outcomes(errors=1, passed=1)
+    output = result.stdout.str()
+    assert before_the_summary(output).count(f"test_bad.py::test_body: {message}") == 1, output
+    assert "During handling of the above exception" not in output
+
+
+def test_a_marker_env_name_follows_the_process_env_rule(ourtester: pytest.Pytester) -> None:
+    """The ini key and the marker reject the same names, in the same words."""
+    ourtester.makeini("[pytest]\ncudagraph_process_env = 1X=a\n")
+    ourtester.makepyfile(ONE_TEST)
+    result = ourtester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*cudagraph_process_env*(NAME: letters, digits and _, not starting with a digit)*"]
+    )
+
+
 def test_the_help_lists_each_option_and_ini_key(ourtester: pytest.Pytester) -> None:
     result = ourtester.runpytest("--help")
     text = result.stdout.str()

@@ -21,10 +21,15 @@ cache_dir()  # torch writes its default folder into the environment, here and in
 def step(x):
     return x * 2
 
+def crashing_backend(graph, example_inputs):
+    ctypes.string_at(0)
+
 @pytest.mark.cudagraph_subprocess
 def test_drafter_dies():
     def draft():
-        torch.compile(step, backend="eager")(torch.ones(2))
+        compiled = torch.compile(step, backend="eager")
+        for _ in range(4):
+            compiled(torch.ones(2))
         ctypes.string_at(0)
 
     drafter = threading.Thread(target=draft, name="drafter-1")
@@ -41,7 +46,7 @@ def test_a_crash_names_its_thread_and_what_torch_was_doing_there(
     result.assert_outcomes(failed=1)
     output = result.stdout.str()
     died_while = (
-        "it died while compiling `step (test_a_crash_names_its_thread_and_what_torch_was_doing"
+        "it died after compiling `step (test_a_crash_names_its_thread_and_what_torch_was_doing"
         "_there.py:9)` (backend eager) in thread `drafter-1`"
     )
     result.stdout.fnmatch_lines(
@@ -63,6 +68,21 @@ def test_a_crash_names_its_thread_and_what_torch_was_doing_there(
     assert "in draft" in error["traceback"]
     assert record["uses_plugin"] is True
     assert "TORCHINDUCTOR_CACHE_DIR" not in record["env"]
+
+
+def test_a_crash_inside_a_compile_says_it_was_compiling(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(
+        test_compile_dies=CRASH_IN_A_DRAFTER.replace('backend="eager"', "backend=crashing_backend")
+    )
+    result = ourtester.runpytest("--cudagraph-report=json:r.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cudagraph_subprocess: test process died with SIGSEGV (signal 11)",
+            "it died while compiling `step (test_compile_dies.py:9)` (backend crashing_backend) "
+            "in thread `drafter-1`",
+        ]
+    )
 
 
 def test_a_process_that_wrote_nothing_shows_no_stdout(ourtester: pytest.Pytester) -> None:

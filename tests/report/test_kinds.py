@@ -211,7 +211,9 @@ def test_a_recording_is_in_the_crash_journal_before_its_capture(events: list[Any
     assert started == _torch.RecordingStarted("MainThread", "step (model.py:7)")
     activity = journal_activity(started)
     assert activity is not None
-    assert activity.phrase() == "recording a graph of `step (model.py:7)` in thread `MainThread`"
+    assert activity.phrase() == (
+        "while recording a graph of `step (model.py:7)` in thread `MainThread`"
+    )
 
 
 def _activity_of(events: list[Any]) -> report_activity.TestActivity:

@@ -569,6 +569,20 @@ def test_the_header_counts_subprocess_tests(ourtester: pytest.Pytester) -> None:
     )
 
 
+def test_an_ini_key_that_applied_a_marker_is_named_as_such(ourtester: pytest.Pytester) -> None:
+    ourtester.makeini(f"{QUIET_INI}cudagraph_subprocess = yes\n")
+    ourtester.makepyfile("def test_one():\n    pass\n")
+    result = ourtester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report", "--cudagraph-report=json:r.json"
+    )
+    result.assert_outcomes(passed=1)
+    banner = "cudagraph_subprocess applied to 1 test by ini option cudagraph_subprocess"
+    assert result.stdout.lines.count(banner) == 2, result.stdout.str()  # header and report
+    result.stdout.no_fnmatch_line("*by --cudagraph-subprocess*")
+    [record] = read_report(ourtester.path / "r.json")["tests"]
+    assert record["applied_by"] == "ini option cudagraph_subprocess"
+
+
 def test_an_unwritable_report_path_is_one_line(ourtester: pytest.Pytester) -> None:
     ourtester.makeini(QUIET_INI)
     ourtester.makepyfile("def test_one():\n    pass\n")

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_cudagraph_guard._torch import config_is_process_wide
+from pytest_cudagraph_guard._torch import CUDAGRAPH_SWITCHES, config_is_process_wide
 
 from ..conftest import QUIET_INI
 from ..helpers import read_report, records_by_name
@@ -242,7 +242,7 @@ def test_compiles_skips_and_config_divergence(ourtester: pytest.Pytester) -> Non
     """A reduce-overhead function on CPU tensors skips cudagraphs, with torch's reason; a drafter
     thread compiles without the main thread's settings (per-thread config, torch >= 2.12)."""
     ourtester.makepyfile(
-        """
+        test_pipeline="""
         import threading
         import torch
 
@@ -260,9 +260,20 @@ def test_compiles_skips_and_config_divergence(ourtester: pytest.Pytester) -> Non
             thread.join()
         """
     )
-    result = ourtester.runpytest("--cudagraph-report", "--cudagraph-report=json:r.json")
+    result = ourtester.runpytest(
+        "--cudagraph-report", "--cudagraph-report=json:r.json", "--cudagraph-report=md:r.md"
+    )
     result.assert_outcomes(passed=2)
     records = records_by_name(ourtester.path / "r.json")
+    # The test's settings are those the fixture set where its body ran, whatever the thread it
+    # started compiled under (that is the finding's).
+    assert {k: records["test_drafter_thread"]["settings"][k] for k in CUDAGRAPH_SWITCHES} == {
+        k: {"value": True, "source": "test"} for k in CUDAGRAPH_SWITCHES
+    }
+    assert (
+        "| `test_pipeline.py::test_drafter_thread` | passed | main | True (test) |"
+        in (ourtester.path / "r.md").read_text()
+    )
     skipped = records["test_reduce_overhead_on_cpu_tensors"]
     assert skipped["settings"]["triton.cudagraphs"] == {"value": True, "source": "compile"}
     compiled = skipped["activity"]["compiled"]
@@ -308,6 +319,8 @@ def test_settings_option_prints_and_runs_no_test(
         ]
     )
     result.stdout.no_fnmatch_line("*must not run*")
+    # The folder torch sets for its cache by default is not the user's.
+    result.stdout.no_fnmatch_line("*TORCHINDUCTOR_CACHE_DIR*")
 
 
 def test_settings_sources_from_the_environment(

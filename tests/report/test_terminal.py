@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard.core.records import (
     activity_record,
     error_entry,
@@ -208,6 +209,72 @@ def test_identical_lines_of_several_threads_are_grouped() -> None:
     )
 
 
+THREADS_SET_THEIR_OWN = """
+import pytest
+import torch
+import torch._inductor.config as config
+
+
+def step(x):
+    return x.sin() * 3
+
+
+def test_sets_in_its_body():
+    config.triton.cudagraphs = True
+    try:
+        torch.compile(step)(torch.ones(8))
+    finally:
+        config.triton.cudagraphs = False
+"""
+
+
+@pytest.mark.skipif(_torch.config_is_process_wide(), reason="needs per-thread config (>= 2.12)")
+def test_a_cut_finding_keeps_its_key_values_and_threads(ourtester: pytest.Pytester) -> None:
+    """The threads set CUDA graphs on themselves, the main thread had them off: the one line of
+    each format keeps the key, both values and the threads, and the hint is this direction's."""
+    ourtester.makepyfile(test_own=THREADS_SET_THEIR_OWN)
+    result = ourtester.runpytest(
+        "--cudagraph-threads=2",
+        "--cudagraph-report",
+        "--cudagraph-report=md:r.md",
+        "--cudagraph-report=json:r.json",
+    )
+    result.assert_outcomes(passed=1)
+    block = words(section(result.stdout.str()))
+    gist = "triton.cudagraphs=True in thread 'cudagraph-thread-0..1', False in the main thread"
+    assert f"finding x2 [cudagraph-thread-0..1]: ConfigDivergence: {gist}" in block
+    markdown = (ourtester.path / "r.md").read_text()
+    assert f"[cudagraph-thread-0..1]: `ConfigDivergence: {gist}" in markdown
+    [record] = read_report(ourtester.path / "r.json")["tests"]
+    hints = {e["hint"] for e in record["errors"] if e["kind"] == "config-divergence"}
+    assert len(hints) == 1
+    [hint] = hints
+    assert "the thread set triton.cudagraphs=True itself" in hint
+    assert "sees the defaults" not in hint  # the other direction's
+
+
+def test_a_finding_cut_to_one_line_keeps_its_gist() -> None:
+    """However tight the block, a finding's line keeps its key and both values."""
+    long_thread = "speculative-drafter-thread-with-a-long-name"
+    errors = [
+        error_entry(
+            f"{long_thread}-{i}",
+            "ConfigDivergence",
+            f"triton.cudagraph_trees=False in thread '{long_thread}-{i}', True in the main "
+            f"thread at the test's start: {'words ' * 40}",
+            kind="config-divergence",
+            hint="h " * 200,
+        )
+        for i in range(2)
+    ] + [error_entry("MainThread", f"Error{i}", "x " * 100, kind=None, hint=None) for i in range(3)]
+    lines = brief_lines(record(errors=errors))  # type: ignore[arg-type]
+    text = words(lines)
+    assert (
+        f"finding x2 [{long_thread}-0..1]: ConfigDivergence: triton.cudagraph_trees=False in "
+        f"thread '{long_thread}-0..1', True in the main thread at the test's start"
+    ) in text, lines
+
+
 def words(lines: list[str]) -> str:
     """The text of wrapped lines."""
     return " ".join(line.strip() for line in lines)
@@ -348,6 +415,19 @@ def test_each_file_is_named_at_the_end_or_why_it_could_not_be(ourtester: pytest.
     alone = ourtester.runpytest("--cudagraph-report=json:r.json")
     alone.stdout.fnmatch_lines(["cudagraph report: json written to r.json", "*= 1 failed, *"])
     alone.stdout.no_fnmatch_line("*= cudagraph report =*")
+
+
+def test_a_report_path_through_a_file_says_so_in_one_line(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(test_ok="def test_one():\n    pass\n")
+    result = ourtester.runpytest(
+        "--cudagraph-report=md:test_ok.py/r.md", "--cudagraph-report=json:test_ok.py/deep/r.json"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    assert [line for line in result.outlines if line.startswith("cudagraph report:")] == [
+        "cudagraph report: could not write md:test_ok.py/r.md (test_ok.py is a file, not a folder)",
+        "cudagraph report: could not write json:test_ok.py/deep/r.json "
+        "(test_ok.py is a file, not a folder)",
+    ]
 
 
 def test_markdown_shows_the_summary_and_the_tests_worth_a_look(ourtester: pytest.Pytester) -> None:

@@ -30,8 +30,8 @@ def test_crashes_after_a_compile():
 def test_after():
     pass
 """
-COMPILING = (
-    "it died while compiling `step (test_suite.py:10)` (backend eager) in thread `MainThread`"
+COMPILED = (
+    "it died after compiling `step (test_suite.py:10)` (backend eager) in thread `MainThread`"
 )
 # Set by the option by design, or the process that ran the test. The option switches CUDA graphs
 # on for every test today, where xdist's in-process tests keep the defaults: settings too.
@@ -55,7 +55,7 @@ def test_a_crashed_worker_is_a_record_as_a_dead_test_process_is(
     assert before_the_summary(output).count("Fatal Python error: Segmentation fault") == 2, output
     assert "worker 'gw" in output
     assert "test process died with SIGSEGV (signal 11)" in output
-    assert COMPILING in output
+    assert COMPILED in output
     assert "execnet" not in output, output
     assert "<string>" not in output, output
 
@@ -80,14 +80,14 @@ def test_a_crashed_worker_is_a_record_as_a_dead_test_process_is(
         "test process died with SIGSEGV (signal 11)"
     )
     assert found["test_crashes_after_a_compile"]["errors"][0]["message"] == (
-        f"test process died with SIGSEGV (signal 11); {COMPILING}"
+        f"test process died with SIGSEGV (signal 11); {COMPILED}"
     )
 
     serial = ourtester.runpytest_inprocess(
         "--cudagraph-subprocess", "-p", "no:cacheprovider", "--cudagraph-report=json:serial.json"
     )
     serial.assert_outcomes(passed=2, failed=2)
-    assert COMPILING in serial.stdout.str()
+    assert COMPILED in serial.stdout.str()
     alone = records_by_name(ourtester.path / "serial.json")
     assert sorted(alone) == sorted(found)
     for name, record in found.items():

@@ -318,6 +318,34 @@ def test_bad_marker_arguments_error_that_test_at_setup(
     )
 
 
+def test_of_several_thread_markers_the_closest_wins(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(
+        """
+        import threading
+        import pytest
+
+        SEEN = {}
+
+        @pytest.mark.cudagraph_thread(threads=3)
+        class TestDrafters:
+            @pytest.mark.cudagraph_thread(threads=2)
+            def test_method(self):
+                SEEN.setdefault("method", set()).add(threading.current_thread().name)
+
+        @pytest.mark.cudagraph_thread(threads=4)
+        @pytest.mark.cudagraph_thread(threads=2)
+        def test_stacked():
+            SEEN.setdefault("stacked", set()).add(threading.current_thread().name)
+
+        def test_check():
+            assert {name: len(threads) for name, threads in SEEN.items()} == {
+                "method": 2, "stacked": 2
+            }
+        """
+    )
+    ourtester.runpytest("-p", "no:randomly").assert_outcomes(passed=3)
+
+
 def test_a_bad_marker_on_a_class_names_each_method(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(
         test_bad="""
@@ -358,7 +386,10 @@ def test_require_cuda_skips_without_a_device(ourtester: pytest.Pytester, marker:
     )
     result = ourtester.runpytest("-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED * CUDA is not available"])
+    # At the test's own line, as a skipif marker's skip: not at the plugin's.
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]1[]] test_require_cuda_skips_without_a_device.py:3: CUDA is not available"]
+    )
 
 
 def test_without_torch_marked_tests_are_skipped(ourtester: pytest.Pytester) -> None:
@@ -374,7 +405,9 @@ def test_without_torch_marked_tests_are_skipped(ourtester: pytest.Pytester) -> N
     )
     result = ourtester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED * torch is not installed"])
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]1[]] test_without_torch_marked_tests_are_skipped.py:3: torch is not installed"]
+    )
 
 
 def test_pre_2_13_missing_thread_state_is_named_and_tls_init_fixes_it(
