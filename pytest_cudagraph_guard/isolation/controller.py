@@ -158,7 +158,7 @@ def child_request(
         "cwd": str(params.dir),
         "env": process_environment(item, options),
         "sys_path": list(sys.path),
-        "args": [str(arg) for arg in params.args],
+        "args": [*(str(arg) for arg in params.args), *_coverage_args(item.config)],
         "nodearg": node_argument(item),
         "trees": options.trees,
         "switches": options.switches,
@@ -173,6 +173,15 @@ def child_request(
         "timeout": options.timeout,
         "live_output": output_is_live(item.config.option.capture),
     }
+
+
+def _coverage_args(config: pytest.Config) -> list[str]:
+    """Where pytest-cov measures: a test process adds its data to the session's and reports
+    nothing, as an xdist worker's does; the session combines and reports it all."""
+    option = config.option
+    if not getattr(option, "cov_source", None) or getattr(option, "no_cov", False):
+        return []
+    return ["--cov-append", "--cov-report=", "--cov-fail-under=0"]
 
 
 def session_environment(process_env: tuple[tuple[str, str], ...]) -> dict[str, str]:
