@@ -386,8 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     if unfit:
         parser.error(f"--against compares pairs of whole suites, not {', '.join(unfit)}")
     print(
-        f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {tests} tests, "
-        f"{args.pairs} rounds per case; ratio = median(A/B)"
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {tests} tests (where "
+        f"--tests is not given: {CASE_DEFAULT_TESTS}), {args.pairs} rounds per case; "
+        "ratio = median(A/B)"
     )
     if args.gpu:
         results = [measure_gpu(args.pairs, print, tests, args.gpu_run)]

@@ -3,6 +3,7 @@ modules a session or a test process loaded it may load for the next test process
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import site
@@ -40,6 +41,7 @@ def trusted(name: str) -> bool:
     return name in PRELOAD_FOR_COMPILING or name.startswith(TRUSTED_PREFIXES)
 
 
+@functools.cache
 def _installed_folders() -> tuple[str, ...]:
     """Where installed modules live: the standard library and the site folders."""
     kinds = ("stdlib", "platstdlib", "purelib", "platlib")
