@@ -14,6 +14,7 @@ ends.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import os
@@ -22,6 +23,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -155,6 +157,8 @@ def _serve_one(
     pid = process.pid
     deadline = time.monotonic() + (request["timeout"] if request is not None else 0.0)
     send_line(pipes.replies, started_line(pid))
+    if request is not None:
+        learner.cwd = request["cwd"]
     _reap_exiting(children, pipes.replies, learner)
     if request is not None:
         sys.path[:] = child_sys_path(request)  # to import what its test processes would
@@ -233,16 +237,19 @@ class Learner:
     def __init__(self, preloads: Preloads) -> None:
         self.preloads = preloads
         self.tried: set[str] = set()
+        self.cwd: str | None = None  # the test processes' working directory, once known
 
     def load(self, needed: ModuleLists, spares: Spares | None = None) -> None:
-        """Loads ``needed``; ``spares`` forked before the zygote had the compiling modules would
-        import them again: they go."""
+        """Loads ``needed`` in the test processes' working directory, as they would have;
+        ``spares`` forked before the zygote had the compiling modules would import them again:
+        they go."""
         compiling = _compiling_modules_loaded()
-        for name in needed["modules"]:
-            if trusted(name) and name not in sys.modules:
-                self.preloads.load(name)
-        self._try_and_load(needed["plugins"], tell=True)
-        self._try_and_load(needed["started"], tell=False)
+        with _working_in(self.cwd):
+            for name in needed["modules"]:
+                if trusted(name) and name not in sys.modules:
+                    self.preloads.load(name)
+            self._try_and_load(needed["plugins"], tell=True)
+            self._try_and_load(needed["started"], tell=False)
         if spares is not None and _compiling_modules_loaded() != compiling:
             spares.discard()
 
@@ -287,6 +294,20 @@ class Learner:
             name, _, error = line.partition(" ")
             self.preloads.fail(name, preload_failure(name, error))
         return not failed and os.waitstatus_to_exitcode(status) == 0
+
+
+@contextlib.contextmanager
+def _working_in(folder: str | None) -> Iterator[None]:
+    """In ``folder`` (where it can be entered), then back in the zygote's own, the session's
+    folder, where it keeps its spares."""
+    own = os.getcwd()
+    try:
+        if folder is not None:
+            with contextlib.suppress(OSError):
+                os.chdir(folder)
+        yield
+    finally:
+        os.chdir(own)
 
 
 def _by_package(names: list[str]) -> list[list[str]]:
