@@ -14,6 +14,8 @@ line states the figure, what it is measured against (its floor) and the target.
     python benchmarks/bench.py --gpu --pairs 3  # 200 small CUDA tests against the driver's floor
     python benchmarks/bench.py --gpu --gpu-run n4-one-queue   # only that run
     python benchmarks/bench.py --case report-json --tests 10000 --pairs 1  # JSON report's size
+    python benchmarks/bench.py --case plugins  # every installed plugin loaded / only this one
+    python benchmarks/bench.py --case scale --pairs 2   # 10 / 4,000 cases, 1,000 files (minutes)
 
 Per-test costs in milliseconds come from pytest's own session time (its summary's "in N s":
 collection and tests), which leaves out the interpreter's start and torch's import, the same on
@@ -37,6 +39,7 @@ from functools import partial
 from pathlib import Path
 
 from bench_gpu import GPU_RUNS, GPU_TESTS, measure_gpu
+from bench_scale import PLUGINS_TESTS, SCALE_LARGEST, measure_plugins, measure_scale
 from bench_subprocess import measure_subprocess, measure_subprocess_against
 from bench_suites import (
     BARE_TEST,
@@ -61,6 +64,10 @@ from bench_suites import (
 
 Log = Callable[[str], None]
 CASE_TESTS = 1000
+# Cases with a number of tests of their own where --tests is not given; "scale" takes minutes a
+# round, so only --case scale runs it.
+CASE_DEFAULT_TESTS = {"plugins": PLUGINS_TESTS, "scale": SCALE_LARGEST}
+ONLY_BY_NAME = ("scale",)
 STARTUP_PAIRS = 15
 STARTUP_MODULES_TARGET = 10
 THREAD_ROUNDS_TARGET = 1.25
@@ -327,7 +334,13 @@ def measures() -> dict[str, Callable[[int, int, Log], dict[str, object]]]:
     found: dict[str, Callable[[int, int, Log], dict[str, object]]] = {
         name: partial(measure, case) for name, case in cases().items()
     }
-    return {**found, "startup": measure_startup, "thread-rounds": measure_thread_rounds}
+    return {
+        **found,
+        "startup": measure_startup,
+        "thread-rounds": measure_thread_rounds,
+        "plugins": measure_plugins,
+        "scale": measure_scale,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,8 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     if unfit:
         parser.error(f"--against compares pairs of whole suites, not {', '.join(unfit)}")
     print(
-        f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {tests} tests, "
-        f"{args.pairs} rounds per case; ratio = median(A/B)"
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cores; {tests} tests (where "
+        f"--tests is not given: {CASE_DEFAULT_TESTS}), {args.pairs} rounds per case; "
+        "ratio = median(A/B)"
     )
     if args.gpu:
         results = [measure_gpu(args.pairs, print, tests, args.gpu_run)]
@@ -391,8 +405,11 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.case or sorted(cases())
         ]
     else:
-        chosen = args.case or sorted(measures())
-        results = [measures()[name](tests, args.pairs, print) for name in chosen]
+        chosen = args.case or sorted(set(measures()).difference(ONLY_BY_NAME))
+        results = [
+            measures()[name](args.tests or CASE_DEFAULT_TESTS.get(name, tests), args.pairs, print)
+            for name in chosen
+        ]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

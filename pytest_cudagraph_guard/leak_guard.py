@@ -145,19 +145,24 @@ class LeakGuard:
         """Takes into the baseline what a shared fixture's setup and teardown change."""
         pending: list[Snapshot] = []
 
+        def before_teardown() -> None:
+            before = self._state_now()
+            if before is not None:
+                pending.append(before)
+
         def after_teardown() -> None:
             if pending:
-                self._absorb(pending.pop(), Snapshot.take())
+                self._take_in_since(pending.pop())
 
         if self.disabled:
             yield
             return
-        fixturedef.addfinalizer(lambda: self._safely(after_teardown))
+        fixturedef.addfinalizer(after_teardown)
         try:
             with self._taking_in():
                 yield
         finally:
-            fixturedef.addfinalizer(lambda: self._safely(lambda: pending.append(Snapshot.take())))
+            fixturedef.addfinalizer(before_teardown)
 
     def take_in(self, change: Callable[[], None]) -> None:
         """Makes ``change`` and takes what it changed into the baseline, as a shared fixture's."""
@@ -166,13 +171,32 @@ class LeakGuard:
 
     @contextmanager
     def _taking_in(self) -> Iterator[None]:
-        before = self._safely(Snapshot.take)
+        before = self._state_now()
         try:
             yield
         finally:
-            after = self._safely(Snapshot.take)
-            if before is not None and after is not None:
-                self._safely(lambda: self._absorb(before, after))
+            if before is not None:
+                self._take_in_since(before)
+
+    def _state_now(self) -> Snapshot | None:
+        """The state now: the baseline itself where the quick check shows that nothing changed
+        since it was taken (a session-scoped fixture, set up in every test process, then costs
+        no snapshot), else a snapshot."""
+        if self._baseline is not None and self._quick is not None:
+            quick = self._quick
+            if self._safely(quick.unchanged):
+                return self._baseline
+        return self._safely(Snapshot.take)
+
+    def _take_in_since(self, before: Snapshot) -> None:
+        """Takes into the baseline what changed since ``before`` (from :meth:`_state_now`)."""
+        if before is self._baseline and self._quick is not None:
+            quick = self._quick
+            if self._safely(quick.unchanged):
+                return  # still the baseline: nothing to take in
+        after = self._safely(Snapshot.take)
+        if after is not None:
+            self._safely(lambda: self._absorb(before, after))
 
     def close(self) -> None:
         for module in self._counted.values():

@@ -26,9 +26,9 @@ from ..core.ours import ours
 from ..core.records import TestRecord
 from ..core.session import plugin_session, test_process_key
 from ..core.warnings import CudagraphGuardWarning
-from .cuda import KernelWarmUp, cublas_read_too_early, cuda_use, initialise_cuda
-from .narrowing import next_on_path
-from .preloads import installed_plugin_modules, note_needed_modules
+from .cuda import KernelWarmUp, cublas_read_too_early, initialise_cuda
+from .ending import Ending
+from .narrowing import narrow_cases, next_on_path
 from .protocol import (
     CHILD_CRASH_EXIT,
     JOURNAL_NAME,
@@ -48,7 +48,7 @@ PR_SET_PDEATHSIG = 1
 _stacks_stream: list[IO[str]] = []  # kept open for faulthandler until the process ends
 # Without these the test process cannot tell its test or send its results: essential.
 _LINK = _torch.Loss("cudagraph_subprocess", "the test process's link to the session")
-_NARROWING = _torch.Loss("cudagraph_subprocess", "collecting only the test's own module path")
+_NARROWING = _torch.Loss("cudagraph_subprocess", "collecting only the test's own path and case")
 _TELLING = _torch.Loss("cudagraph_subprocess", "collection errors, warnings and records sent")
 _CUBLAS_CHECK = _torch.Loss(
     "cudagraph_subprocess", "the warning of a cuBLAS variable set after the kernels' warm-up"
@@ -98,49 +98,18 @@ def run_spare(request: ChildRequest, assignments: int, done: int) -> NoReturn:
 
 def _run(make_child: Callable[[], SubprocessChild], done: int | None) -> NoReturn:
     code = CHILD_CRASH_EXIT
-    ending = _Ending(frozenset(sys.modules), done)
+    ending = Ending(frozenset(sys.modules), done)
     try:
         child = make_child()
         child.ending = ending
         _enter(child.request)
         code = _run_session(child)
-        ending.note_modules(child)
+        ending.note_modules(child.request_path, child.config)
     except BaseException:
         traceback.print_exc()
     finally:
         ending.say_done(code)
         os._exit(code)
-
-
-class _Ending:
-    """What a test process does once its last result is written: it notes the modules the next
-    test process will need and says its exit code to the zygote, once. A process whose test
-    finished does so as its session starts to finish, so that the next test need not wait for
-    the session's end (its ``pytest_sessionfinish`` and ``pytest_unconfigure`` hooks)."""
-
-    def __init__(self, present: frozenset[str], done: int | None) -> None:
-        self.present = present  # the modules the process started with
-        self.done = done  # the zygote's pipe; None in a spawned interpreter
-        self.noted = False
-        self.said = False
-
-    def note_modules(self, child: SubprocessChild) -> None:
-        if self.noted or child.request_path is None:
-            return
-        self.noted = True
-        plugins = installed_plugin_modules(child.config) if child.config else set()
-        note_needed_modules(child.request_path.parent, self.present, plugins, cuda_use())
-
-    def say_done(self, code: int) -> None:
-        if self.said:
-            return
-        self.said = True
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):  # a closed stream must not hide the exit code
-                stream.flush()
-        if self.done is not None:
-            with contextlib.suppress(OSError):
-                os.write(self.done, f"{code}\n".encode())
 
 
 def _enter(request: ChildRequest) -> None:
@@ -201,7 +170,7 @@ class SubprocessChild:
         self.assignments = assignments
         self.results: IO[str] | None = None
         self.config: pytest.Config | None = None
-        self.ending: _Ending | None = None
+        self.ending: Ending | None = None
         self.test_finished = False  # its teardown report is sent
         self.unsent: list[ChildMessage] = []
 
@@ -258,6 +227,8 @@ class SubprocessChild:
         """A spare waits here for its test; told the test the parent runs next, it collects
         that one meanwhile, then waits for its test (that one) before the session goes on,
         whatever the collection did."""
+        if self.ending is not None:
+            self.ending.collecting = frozenset(sys.modules)
         if self.assignments is None:
             return (yield)
         assignments = LineReader(self.assignments)
@@ -323,6 +294,19 @@ class SubprocessChild:
         wanted = next_on_path(self.request["nodearg"], collector)
         return [] if wanted is not None and name != wanted else None
 
+    @pytest.hookimpl(trylast=True)
+    @ours(_NARROWING)
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Of a parametrized test on the path, only the test's own case."""
+        narrow_cases(self.request["nodearg"], metafunc)
+
+    @pytest.hookimpl(tryfirst=True)
+    @ours(_NARROWING)
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        """No other file or directory: pytest asks only of those off the test's path (its
+        own, and the directories on the way, it collects whatever this says)."""
+        return True if self.request["nodearg"] is not None else None
+
     def apply_cudagraph_settings(self) -> None:
         """CUDA graphs on, for the whole process: not a change the running test made (through
         the session's leak guard, once the session has started and where it guards)."""
@@ -340,6 +324,8 @@ class SubprocessChild:
         self._send({"report": data})
         if report.when == "teardown":
             self.test_finished = True
+            if self.ending is not None:
+                self.ending.finished = frozenset(sys.modules)
 
     @ours(_TELLING)
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -379,7 +365,7 @@ class SubprocessChild:
         end: what the parent needs is written."""
         if self.test_finished and self.ending is not None:
             self._close_results()
-            self.ending.note_modules(self)
+            self.ending.note_modules(self.request_path, self.config)
             self.ending.say_done(int(exitstatus))
 
     @ours(_TELLING)

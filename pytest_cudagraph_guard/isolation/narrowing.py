@@ -1,10 +1,12 @@
-"""What a test process collects of its test's module: only the names on the path to its test.
-Given one test's node id, pytest would build every test of the module and keep one."""
+"""What a test process collects: only what is on the path to its test. Given one test's node
+id, pytest would visit every file of each directory on the way, build every test of the
+module, every case of a parametrized test, and keep one."""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,11 +18,32 @@ def next_on_path(nodearg: str | None, collector: pytest.Collector) -> str | None
     if target is None or collector.path != target[0]:
         return None
     wanted = target[1]
-    _, _, collector_inside = collector.nodeid.partition("::")
-    ours = tuple(collector_inside.split("::")) if collector_inside else ()
+    ours = _names_inside(collector.nodeid)
     if len(ours) >= len(wanted) or wanted[: len(ours)] != ours:
         return None
     return wanted[len(ours)].split("[", 1)[0]
+
+
+def narrow_cases(nodearg: str | None, metafunc: pytest.Metafunc) -> None:
+    """Keeps, of the cases generated for ``metafunc``'s function, the one ``nodearg`` selects,
+    where it is among them: pytest would build an item for each. Where none matches, all
+    stay, and pytest says what it says of a test it cannot find."""
+    target = _test_path(nodearg)
+    definition = metafunc.definition
+    if target is None or definition.path != target[0] or not target[1][-1].endswith("]"):
+        return
+    name, _, case = target[1][-1][:-1].partition("[")
+    if _names_inside(definition.nodeid) != (*target[1][:-1], name):
+        return
+    calls: list[Any] = metafunc._calls  # pytest's own list of the cases, in every version 8-9
+    kept = [call for call in calls if call.id == case]
+    if kept:
+        calls[:] = kept
+
+
+def _names_inside(nodeid: str) -> tuple[str, ...]:
+    _, _, inside = nodeid.partition("::")
+    return tuple(inside.split("::")) if inside else ()
 
 
 @functools.cache

@@ -23,12 +23,14 @@ from typing import Final
 from ..core.crash import last_lines, wait_status
 from .folders import SessionFolder, owner_only
 from .forking import kill_group
+from .preloads import no_modules
 from .protocol import (
     REQUEST_NAME,
     STDERR_NAME,
     STDOUT_NAME,
     ChildRequest,
     LineReader,
+    ModuleLists,
     Reply,
     end_line,
     parse_reply,
@@ -94,8 +96,18 @@ class Zygote:
         self.notices: list[str] = []  # for the user, once each
         self.ending: dict[int, Path] = {}  # folders of test processes done but maybe not ended
         self.longest_timeout = 0.0  # of the tests it ran: how long one may take to end
+        self._modules_sent: ModuleLists | None = None  # the session's, as last sent
         assert self.process.stdout is not None
         self._replies = LineReader(self.process.stdout.fileno())
+
+    def with_modules_once(self, request: ChildRequest) -> ChildRequest:
+        """``request``, with the session's modules only where they changed since this zygote
+        was last sent them: it loads them once, not with every test."""
+        sent = request.copy()
+        if request["session_modules"] is self._modules_sent:
+            sent["session_modules"] = no_modules()
+        self._modules_sent = request["session_modules"]
+        return sent
 
     def wait_ready(self) -> bool:
         if self.ready is None:
@@ -209,15 +221,15 @@ class SubprocessRunner:
         """Runs ``request``'s test process, its files in ``folder`` (from
         :meth:`SessionFolder.new_test_folder`), and waits for it at most ``timeout`` seconds."""
         request_path = folder / REQUEST_NAME
-        with owner_only(request_path, "wb") as file:
-            pickle.dump(request, file)
         if self._spawn_reason is None:
             zygote = self._zygote(request["env"])
             zygote.longest_timeout = max(zygote.longest_timeout, timeout)
+            _write_request(zygote.with_modules_once(request), request_path)
             started = zygote.start(request_path)
             if isinstance(started, int):
                 return self._wait_zygote_child(zygote, started, folder, timeout)
             self._give_up_zygotes(started)
+        _write_request(request, request_path)
         return self._spawn(request, request_path, folder, timeout)
 
     def remove(self, outcome: ChildExit) -> None:
@@ -335,6 +347,13 @@ class SubprocessRunner:
         outcome.status = wait_status(process.returncode)
         outcome.duration = time.monotonic() - start
         return outcome
+
+
+def _write_request(request: ChildRequest, request_path: Path) -> None:
+    """Writes ``request`` (again, where a zygote would not fork its test)."""
+    request_path.unlink(missing_ok=True)
+    with owner_only(request_path, "wb") as file:
+        pickle.dump(request, file)
 
 
 def _with_our_path(env: dict[str, str]) -> dict[str, str]:

@@ -3,8 +3,12 @@ modules a session or a test process loaded it may load for the next test process
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import site
 import sys
+import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
@@ -37,6 +41,29 @@ def trusted(name: str) -> bool:
     return name in PRELOAD_FOR_COMPILING or name.startswith(TRUSTED_PREFIXES)
 
 
+@functools.cache
+def _installed_folders() -> tuple[str, ...]:
+    """Where installed modules live: the standard library and the site folders."""
+    kinds = ("stdlib", "platstdlib", "purelib", "platlib")
+    found = {sysconfig.get_path(kind) for kind in kinds}
+    if site.ENABLE_USER_SITE:
+        found.add(site.getusersitepackages())
+    return tuple(os.path.join(os.path.abspath(folder), "") for folder in found if folder)
+
+
+def installed(name: str) -> bool:
+    """Whether the loaded module ``name`` is an installed one, importable by that name: built
+    in, or from the standard library or a site folder (not the project's own code, its
+    conftests and test modules, which each test process imports itself)."""
+    spec = getattr(sys.modules.get(name), "__spec__", None)
+    if spec is None or spec.name != name:
+        return False
+    if spec.origin in ("built-in", "frozen"):
+        return True
+    origin = spec.origin if spec.has_location else None
+    return isinstance(origin, str) and os.path.abspath(origin).startswith(_installed_folders())
+
+
 def installed_plugin_modules(config: Any) -> set[str]:
     """The modules of the installed pytest plugins that ``config``'s session loaded."""
     return {
@@ -61,25 +88,40 @@ def session_modules(config: pytest.Config) -> ModuleLists:
     return made[1]
 
 
-def modules_for_a_zygote(names: Iterable[str], plugins: Iterable[str]) -> ModuleLists:
-    """Of the modules ``names``, those a zygote may load for its next test process: the trusted
-    ones, and those of the installed ``plugins``, which it tries in a fork first."""
-    names = set(names)
+def modules_for_a_zygote(
+    names: Iterable[str], plugins: Iterable[str], outside_test: Iterable[str] = ()
+) -> ModuleLists:
+    """Of the modules ``names`` (in the order they were loaded), those a zygote may load for its
+    next test process: the trusted ones; those of the installed ``plugins``, which it tries in
+    a fork first; and the installed ones of ``outside_test`` (what a test process imported as
+    its session started or ended: its plugins' and conftests' imports), tried likewise."""
+    names = list(dict.fromkeys(names))
+    plugins = set(plugins).difference(PARENT_ONLY)
+    outside = set(outside_test)
     return {
         "modules": sorted(name for name in names if trusted(name)),
-        "plugins": sorted(names.intersection(plugins).difference(PARENT_ONLY)),
+        "plugins": sorted(plugins.intersection(names)),
+        "started": [
+            name
+            for name in names
+            if name in outside
+            and name not in plugins
+            and name not in PARENT_ONLY
+            and not trusted(name)
+            and installed(name)
+        ],
     }
 
 
-def note_needed_modules(
-    folder: Path, present: Iterable[str], plugins: Iterable[str], cuda: CudaUse
-) -> None:
-    """Called by a test process as it ends, with the modules it started with, ``plugins`` and
-    its use of CUDA: what it imported that the next test process will need, and whether spares
-    should set up CUDA. Tests that compile need dynamo, so the zygote loads it before the next
-    fork; trivial tests do not, and do not wait for it."""
-    needed = modules_for_a_zygote(set(sys.modules).difference(present), plugins)
-    (folder / NEEDED_MODULES_NAME).write_text(json.dumps({**needed, "cuda": cuda}))
+def note_needed_modules(folder: Path, needed: ModuleLists, cuda: CudaUse) -> None:
+    """Called by a test process once its test has finished and again as it ends, with the
+    modules the next test process will need (:func:`modules_for_a_zygote`) and its use of
+    CUDA: whether spares should set up CUDA. Tests that compile need dynamo, so the zygote
+    loads it before the next fork; trivial tests do not, and do not wait for it. Replaced at
+    once: the zygote may read it meanwhile."""
+    written = folder / f"{NEEDED_MODULES_NAME}.{os.getpid()}"
+    written.write_text(json.dumps({**needed, "cuda": cuda}))
+    os.replace(written, folder / NEEDED_MODULES_NAME)
 
 
 def needed_modules(folder: Path) -> tuple[ModuleLists, CudaUse | None]:
@@ -94,6 +136,7 @@ def needed_modules(folder: Path) -> tuple[ModuleLists, CudaUse | None]:
     modules: ModuleLists = {
         "modules": [str(name) for name in needed.get("modules", [])],
         "plugins": [str(name) for name in needed.get("plugins", [])],
+        "started": [str(name) for name in needed.get("started", [])],
     }
     if not isinstance(cuda, dict):
         return modules, None
@@ -105,4 +148,4 @@ def needed_modules(folder: Path) -> tuple[ModuleLists, CudaUse | None]:
 
 
 def no_modules() -> ModuleLists:
-    return {"modules": [], "plugins": []}
+    return {"modules": [], "plugins": [], "started": []}

@@ -44,11 +44,14 @@ ReplyKind = Literal["ready", "started", "exited", "done", "nofork", "notice"]
 
 
 class ModuleLists(TypedDict):
-    """Modules a zygote may load for its next test process: ``modules`` at once, ``plugins``
-    after a trial fork."""
+    """Modules a zygote may load for its next test process: ``modules`` at once; ``plugins``
+    (installed plugins' own modules) after a trial fork, a failure told to the user; ``started``
+    (what a test process's session imported as it started or ended), in the order loaded,
+    after a trial fork, a failure only leaving them to the test processes."""
 
     modules: list[str]
     plugins: list[str]
+    started: list[str]
 
 
 class ChildRequest(TypedDict):

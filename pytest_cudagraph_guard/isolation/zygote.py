@@ -14,6 +14,7 @@ ends.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import pickle
@@ -21,7 +22,8 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -88,9 +90,13 @@ class Preloads:
         self.replies = replies
         self.failed: set[str] = set()
 
-    def load(self, name: str) -> None:
+    def load(self, name: str, *, tell: bool = True) -> None:
         if name not in self.failed:
-            self.fail(name, preload(name))
+            notice = preload(name)
+            if tell:
+                self.fail(name, notice)
+            elif notice is not None:
+                self.failed.add(name)
 
     def fail(self, name: str, notice: str | None) -> None:
         if notice is not None and name not in self.failed:
@@ -150,7 +156,9 @@ def _serve_one(
     pid = process.pid
     deadline = time.monotonic() + (request["timeout"] if request is not None else 0.0)
     send_line(pipes.replies, started_line(pid))
-    _reap_exiting(children, pipes.replies)
+    if request is not None:
+        learner.cwd = request["cwd"]
+    _reap_exiting(children, pipes.replies, learner)
     if request is not None:
         sys.path[:] = child_sys_path(request)  # to import what its test processes would
         learner.load(request["session_modules"])  # while the test process starts
@@ -162,31 +170,37 @@ def _serve_one(
         os.waitpid(pid, 0)
         _exit(children, wait=False)
     exiting, status = ended
+    folder = Path(request_path).parent
     if exiting:
         children.exiting.add(pid, deadline)  # its folders stay until it has ended
+        children.folders[pid] = folder
     else:
         spares.finished(pid)
     # Before the parent removes the folder.
-    needed, cuda = needed_modules(Path(request_path).parent)
+    needed, cuda = needed_modules(folder)
     send_line(pipes.replies, (done_line if exiting else exited_line)(pid, status))
     spares.noted(cuda)
-    compiling = _compiling_modules_loaded()
-    learner.load(needed)
-    if _compiling_modules_loaded() != compiling:
-        spares.discard()  # forked before the zygote had them, they would import them again
+    learner.load(needed, spares)
 
 
 @dataclass
 class _Children:
     spares: Spares
     exiting: Exiting
+    # Of test processes that said they were done: their test's folder, where each notes again,
+    # as it ends, what its session's end imported.
+    folders: dict[int, Path] = field(default_factory=dict)
 
 
-def _reap_exiting(children: _Children, replies: int) -> None:
-    """Test processes that said they were done and have ended since: the parent may now remove
-    their folders, as the zygote removes their spares' folders."""
+def _reap_exiting(children: _Children, replies: int, learner: Learner | None = None) -> None:
+    """Test processes that said they were done and have ended since: the zygote loads what
+    they noted as they ended; the parent may now remove their folders, as the zygote removes
+    their spares' folders."""
     children.exiting.reap()
     for pid, status in children.exiting.take_ended():
+        folder = children.folders.pop(pid, None)
+        if learner is not None and folder is not None:
+            learner.load(needed_modules(folder)[0], children.spares)
         children.spares.finished(pid)
         send_line(replies, exited_line(pid, status))
 
@@ -216,32 +230,51 @@ def _compiling_modules_loaded() -> int:
 
 class Learner:
     """Loads what test processes needed, so that the next ones find it loaded: trusted modules
-    at once, plugins only where a trial fork shows that importing them keeps forks sound."""
+    at once, others only where a trial fork shows that importing them keeps forks sound: all
+    at once, else each top-level package's alone."""
 
     def __init__(self, preloads: Preloads) -> None:
         self.preloads = preloads
         self.tried: set[str] = set()
+        self.cwd: str | None = None  # the test processes' working directory, once known
 
-    def load(self, needed: ModuleLists) -> None:
-        for name in needed["modules"]:
-            if trusted(name) and name not in sys.modules:
-                self.preloads.load(name)
-        plugins = [
-            name for name in needed["plugins"] if name not in sys.modules and name not in self.tried
-        ]
-        self.tried.update(plugins)
-        if plugins and not self._fork_stays_sound_after_importing(plugins):
-            plugins = [
+    def load(self, needed: ModuleLists, spares: Spares | None = None) -> None:
+        """Loads ``needed`` in the test processes' working directory, as they would have;
+        ``spares`` forked before the zygote had the compiling modules would import them again:
+        they go."""
+        compiling = _compiling_modules_loaded()
+        with _working_in(self.cwd):
+            for name in needed["modules"]:
+                if trusted(name) and name not in sys.modules:
+                    self.preloads.load(name)
+            self._try_and_load(needed["plugins"], tell=True)
+            self._try_and_load(needed["started"], tell=False)
+        if spares is not None and _compiling_modules_loaded() != compiling:
+            spares.discard()
+
+    def _try_and_load(self, names: list[str], *, tell: bool) -> None:
+        """Loads those of ``names`` that keep forks sound; with ``tell``, an import that fails
+        is said to the user."""
+        names = [name for name in names if name not in sys.modules and name not in self.tried]
+        self.tried.update(names)
+        if not names:
+            return
+        if self._fork_stays_sound_after_importing(names, tell=tell):
+            sound = names
+        else:
+            packages = _by_package(names)
+            sound = [
                 name
-                for name in plugins
-                if len(plugins) > 1 and self._fork_stays_sound_after_importing([name])
+                for package in packages
+                if len(packages) > 1 and self._fork_stays_sound_after_importing(package, tell=tell)
+                for name in package
             ]
-        for name in plugins:
-            self.preloads.load(name)
+        for name in sound:
+            self.preloads.load(name, tell=tell)
 
-    def _fork_stays_sound_after_importing(self, names: list[str]) -> bool:
+    def _fork_stays_sound_after_importing(self, names: list[str], *, tell: bool) -> bool:
         """Whether importing ``names`` in a trial fork works and leaves a fork sound; an import
-        that fails there is a preload failure."""
+        that fails there is a preload failure (said to the user with ``tell``)."""
         failures, written = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -256,10 +289,32 @@ class Learner:
         with os.fdopen(failures, encoding="utf-8") as told:
             failed = told.read().splitlines()
         _, status = os.waitpid(pid, 0)
-        for line in failed:
+        for line in failed if tell else ():
             name, _, error = line.partition(" ")
             self.preloads.fail(name, preload_failure(name, error))
         return not failed and os.waitstatus_to_exitcode(status) == 0
+
+
+@contextlib.contextmanager
+def _working_in(folder: str | None) -> Iterator[None]:
+    """In ``folder`` (where it can be entered), then back in the zygote's own, the session's
+    folder, where it keeps its spares."""
+    own = os.getcwd()
+    try:
+        if folder is not None:
+            with contextlib.suppress(OSError):
+                os.chdir(folder)
+        yield
+    finally:
+        os.chdir(own)
+
+
+def _by_package(names: list[str]) -> list[list[str]]:
+    """``names`` by top-level package, each in its order."""
+    packages: dict[str, list[str]] = {}
+    for name in names:
+        packages.setdefault(name.partition(".")[0], []).append(name)
+    return list(packages.values())
 
 
 def _import_or_tell(name: str, failures: int) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json.decoder  # noqa: F401  # loaded, as a test process would have it
 import os
+import os.path
 
 import pytest
 
@@ -90,4 +92,25 @@ def test_a_zygote_may_load_the_plugins_modules_but_not_the_parents_own() -> None
             "pytest_cudagraph_guard.plugin",
         ],
         "plugins": [],
+        "started": [],
     }
+
+
+def test_a_zygote_may_try_the_installed_modules_a_test_process_imported_outside_its_test() -> None:
+    """Of what a test process's session imported as it started or ended: the installed modules,
+    in the order loaded, not the project's own (its conftests, its test modules), not what
+    another list has, not a module loaded under another name."""
+    names = [
+        "json",
+        __name__,  # this test module: the project's own
+        "json.decoder",
+        "_pytest.python",  # trusted: in "modules"
+        "pluggy",
+        "os.path",  # posixpath's, under another name
+        "sys",  # built in
+        "not.loaded",
+    ]
+    lists = preloads.modules_for_a_zygote(names, plugins=["pluggy"], outside_test=names)
+    assert lists["started"] == ["json", "json.decoder", "sys"]
+    assert lists["plugins"] == ["pluggy"]
+    assert lists["modules"] == ["_pytest.python"]
