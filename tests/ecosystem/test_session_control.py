@@ -45,7 +45,8 @@ def test_session_control_as_in_process(
     isolated = eco.runpytest_subprocess("--cudagraph-subprocess", *args)
     no_internal_error(isolated)
     if "--collect-only" in args:
-        listed = [[line for line in run.stdout.lines if "::" in line] for run in (isolated, in_process)]
+        runs = (isolated, in_process)
+        listed = [[line for line in run.stdout.lines if "::" in line] for run in runs]
         assert listed[0] == listed[1]
         assert len(listed[0]) == 4
     else:
