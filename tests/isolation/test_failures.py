@@ -228,13 +228,13 @@ def test_pytests_setup_state_gone_is_said_once(
 
 
 def _plugin_the_zygote_cannot_import(ourtester: pytest.Pytester) -> Path:
-    """An installed pytest plugin that imports in a test's folder but not in the folder of the
-    zygote (the session folder)."""
+    """An installed pytest plugin that imports in a test process but not in the zygote, whose
+    environment (``TORCH_WARM_POOL=0``) its test processes do not have."""
     site = ourtester.mkdir("site")
     (site / "picky_plugin.py").write_text(
         "import os\n"
-        "if os.path.basename(os.getcwd()).startswith('pytest-cudagraph-subprocess-'):\n"
-        "    raise ImportError('not in this folder')\n"
+        "if os.environ.get('TORCH_WARM_POOL') == '0':\n"
+        "    raise ImportError('not in this process')\n"
     )
     info = site / "cgg_picky-1.0.dist-info"
     info.mkdir()
@@ -271,7 +271,7 @@ def test_a_preload_failure_is_said_once_and_the_tests_run(ourtester: pytest.Pyte
     output = result.stdout.str()
     for module, error in (
         ("_pytest.cgg_only_here", "ModuleNotFoundError"),
-        ("picky_plugin", "ImportError('not in this folder')"),
+        ("picky_plugin", "ImportError('not in this process')"),
     ):
         notice = f"the zygote could not preload {module} ({error}"
         assert output.count(notice) == 1, output

@@ -78,6 +78,7 @@ def warm_tester(ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(STANDIN_VARIABLE, "fake_cuda")
     monkeypatch.setenv("STEPS", str(ourtester.path / "steps.log"))
     monkeypatch.setenv("WARMED", str(ourtester.path / "warmed"))
+    monkeypatch.setenv("RAN", str(ourtester.path / "ran"))
     return ourtester
 
 
@@ -118,12 +119,17 @@ def running(pid):  # not ended (ended test processes and discarded spares may be
     except OSError:
         return False
 
-def matmuls_of_waiting_spares():
+@pytest.fixture(autouse=True)
+def ran_a_test():
+    with open(os.environ["RAN"], "a") as ran:
+        ran.write(f"{os.getpid()}\\n")
+
+def matmuls_of_waiting_spares():  # not those of processes that ran a test, still ending
     if not os.path.exists(os.environ["STEPS"]):
         return []
     lines = [line.split(maxsplit=1) for line in open(os.environ["STEPS"]).read().splitlines()]
-    mine = os.getpid()
-    return [p for p, step in lines if step == "float32 matmul" and int(p) != mine and running(p)]
+    ran = open(os.environ["RAN"]).read().split()
+    return [p for p, step in lines if step == "float32 matmul" and p not in ran and running(p)]
 
 def wait_for_a_spares_matmul():  # that of the spare for the next test
     deadline = time.monotonic() + 60
