@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from ..conftest import QUIET_INI
@@ -284,6 +286,7 @@ def test_same_warnings_under_xdist(ourtester: pytest.Pytester) -> None:
     )
 
 
+NO_ASYNCIO = ("-p", "no:asyncio") if importlib.util.find_spec("pytest_asyncio") else ()
 SNAPSHOT_COUNTING_CONFTEST = """
 import torch._inductor.config
 import torch._inductor.cudagraph_trees
@@ -325,7 +328,8 @@ def test_tests_that_change_nothing_cost_no_snapshot(
         + "def test_leak():\n    import torch._inductor.config as ic\n"
         + "    ic.max_autotune = True\n"
     )
-    result = ourtester.runpytest("-s", "--cudagraph-guard=restore")
+    # pytest-asyncio's shared event-loop fixtures add a few per session, not per test.
+    result = ourtester.runpytest("-s", "--cudagraph-guard=restore", *NO_ASYNCIO)
     result.assert_outcomes(passed=51)
     result.stdout.fnmatch_lines([f"SNAPSHOTS={expected}"])
 
