@@ -36,8 +36,9 @@ def ourtester(pytester: pytest.Pytester) -> pytest.Pytester:
 
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytester's own fixture, its sessions started without pytest-randomly's shuffle where it
-    is installed (the test extra has it for tests/ecosystem; a session asks for it with
-    ``-p randomly``). pytester drops ``PYTEST_ADDOPTS`` as it starts: it is set again here."""
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
+    """pytester's own fixture, its sessions started without pytest-randomly's shuffle and
+    pytest-rerunfailures's socket server where they are installed (the test extra has them for
+    tests/ecosystem; a session asks for one with ``-p randomly``, ``-p rerunfailures``).
+    pytester drops ``PYTEST_ADDOPTS`` as it starts: it is set again here."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly -p no:rerunfailures")
     return pytester

@@ -1,6 +1,7 @@
 """Sessions beside the plugins real CUDA suites carry (pinned in the ``test`` extra): each inner
-session gets an ini that those plugins start quietly with, and pytest-randomly only where a
-test asks for it (``-p randomly``: see ``tests/conftest.py``)."""
+session gets an ini that those plugins start quietly with, and pytest-randomly and
+pytest-rerunfailures only where a test asks for them (``-p randomly``, ``-p rerunfailures``:
+see ``tests/conftest.py``)."""
 
 from __future__ import annotations
 

@@ -186,7 +186,7 @@ def pytest_configure(config):
     os.environ.setdefault("RUN_ID", str(time.time_ns()))
 """
 EXTRA_ARGS = {
-    "rerunfailures": ["--reruns", "2"],
+    "rerunfailures": ["-p", "rerunfailures", "--reruns", "2"],
     "repeat": ["--count", "2"],
     "randomly": ["-p", "randomly", "--randomly-seed=7"],
     "cov": ["--cov=drafted", "--cov-report=term-missing"],
