@@ -11,6 +11,7 @@ costs a zygote's torch)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import pkgutil
 from typing import Any, NamedTuple
@@ -86,11 +87,17 @@ class Fault(NamedTuple):
         return injected_message(self.guarded.name, self.where)
 
 
+# pytest-timeout's hook: called only where it is installed (the oldest pytest's run has none).
+PYTEST_TIMEOUT_HOOK = ".pytest_timeout_set_timer"
+HAS_PYTEST_TIMEOUT = importlib.util.find_spec("pytest_timeout") is not None
+
+
 def _faults(*, under_xdist: bool = False) -> list[Fault]:
     return [
         Fault(guarded, where)
         for guarded in _guarded()
         if guarded.name.startswith(XDIST_ONLY) == under_xdist
+        and (HAS_PYTEST_TIMEOUT or not guarded.name.endswith(PYTEST_TIMEOUT_HOOK))
         for where in ((BEFORE, AFTER) if guarded.generator else (BEFORE,))
     ]
 
@@ -288,7 +295,7 @@ def _suite_args(guarded: Guarded) -> tuple[str, ...]:
         return ("--cudagraph-on",)
     if guarded.name.startswith("report.junit."):
         return ("--junitxml=junit.xml",)
-    if guarded.name.endswith(".pytest_timeout_set_timer"):  # pytest-timeout's, with a timeout
+    if guarded.name.endswith(PYTEST_TIMEOUT_HOOK):  # called by pytest-timeout, given a timeout
         return ("--timeout=300",)
     return ("--cudagraph-threads=1",) if guarded.name.startswith("suite.") else ()
 
