@@ -4,6 +4,7 @@ they cannot drift from the report."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -54,4 +55,10 @@ def test_the_terminal_and_markdown_examples_are_a_real_run(ourtester: pytest.Pyt
     everything = ourtester.runpytest("--cudagraph-report=term-all")
     term_all = block_after(page, "`--cudagraph-report=term-all` shows every test", "```text")
     shown = section(everything.stdout.str())
-    assert [*shown[: shown.index(SUMMARY_RULE) + 1], "..."] == term_all.splitlines()
+    expected = [*shown[: shown.index(SUMMARY_RULE) + 1], "..."]
+    assert any_release(expected) == any_release(term_all.splitlines())
+
+
+def any_release(lines: list[str]) -> list[str]:
+    """``lines`` less how many settings keys this torch release has (2.14 adds two)."""
+    return [re.sub(r"\b\d+ more at their", "N more at their", line) for line in lines]
