@@ -61,4 +61,4 @@ def test_the_terminal_and_markdown_examples_are_a_real_run(ourtester: pytest.Pyt
 
 def any_release(lines: list[str]) -> list[str]:
     """``lines`` less how many settings keys this torch release has (2.14 adds two)."""
-    return [re.sub(r"\b\d+ more at their", "N more at their", line) for line in lines]
+    return [re.sub(r"\b\d+ more at\b", "N more at", line) for line in lines]
