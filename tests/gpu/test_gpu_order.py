@@ -9,20 +9,7 @@ from pathlib import Path
 import pytest
 
 from ..helpers import name_of, read_report
-
-CONFTEST = """
-import os
-import pytest
-
-def pytest_collection_modifyitems(items):
-    if os.environ.get("SUITE_REVERSED"):
-        items.reverse()
-
-@pytest.fixture
-def graphs_on(inductor_config):
-    inductor_config["triton.cudagraphs"] = True  # for the test, its compiled state kept
-    return inductor_config
-"""
+from ..report.test_order_independence import CONFTEST  # reversal and graphs_on
 
 # Module-level compiled functions shared by the tests: whichever test calls one first compiles
 # (and records) it, the others run what it compiled. Before torch 2.13 a function compiled in one
