@@ -3,9 +3,12 @@
     nox -s tests                       # the three runs below, on Python 3.11
     nox -s "tests(torch='2.13.0')"     # the README's test run
     nox -s "tests(torch='2.14.1')"     # a CUDA build, about 5.5 GB
+    nox -s "tests(torch='2.15.0')"     # the newest release, a CUDA build, about 3 GB of downloads
     nox -s "tests(pytest='oldest')"    # the oldest pytest pyproject allows, beside torch 2.13.0
     nox -s notorch                     # Python 3.10, 3.12 and 3.13, torch not installed
     nox -s notorch-3.12
+    nox -s releases                    # the oldest torch claimed and each patch table boundary;
+                                       # GBs each, not in CI (results: docs/releases.md)
     nox -s latest                      # the newest torch on the index; a download of GBs, not in CI
 
 Arguments after ``--`` go to pytest: ``nox -s "tests(torch='2.14.1')" -- -k threads``.
@@ -30,8 +33,12 @@ NOTORCH_PYTHONS = ["3.10", "3.12", "3.13"]
 TESTS_MATRIX = [
     nox.param("2.13.0", False, id="torch='2.13.0'"),
     nox.param("2.14.1", False, id="torch='2.14.1'"),
+    nox.param("2.15.0", False, id="torch='2.15.0'"),
     nox.param("2.13.0", True, id="pytest='oldest'"),
 ]
+# The oldest release pyproject claims, and the first (or last) release of each row of
+# ``_torch/patch_table.PATCHES`` with a range of its own: 2.4+, 2.6+, 2.9+, 2.1-2.12.
+CLAIMED_RELEASES = ["2.1.2", "2.4.1", "2.6.0", "2.9.1", "2.12.1"]
 NOTORCH_TESTS = "tests/notorch"
 # This machine's pip configuration caps torch through a constraints file; an empty one lifts it.
 NO_CONSTRAINTS = {"PIP_CONSTRAINT": os.devnull}
@@ -67,8 +74,9 @@ def _project() -> dict[str, Any]:
 
 
 def _test_runner() -> list[str]:
-    """The ``test`` extra less the plugins pinned there for tests/ecosystem (``==``), which need
-    a newer pytest than the oldest one allowed; tests/ecosystem skips without them."""
+    """The ``test`` extra less the plugins pinned there for tests/ecosystem (``==``), which the
+    release matrix does not run (they need a newer pytest than the oldest one allowed, and what
+    they test does not change with torch)."""
     return [r for r in _project()["optional-dependencies"]["test"] if "==" not in r]
 
 
@@ -99,11 +107,19 @@ def _run_suite(session: nox.Session) -> None:
 @nox.parametrize(("torch", "oldest_pytest"), TESTS_MATRIX)
 def tests(session: nox.Session, torch: str, oldest_pytest: bool) -> None:
     """The suite on one torch release (and, for one run, the oldest pytest allowed)."""
-    if oldest_pytest:
-        oldest = f"pytest=={_oldest_pytest()}"
-        session.install(f"torch=={torch}", oldest, "-e", ".", *_test_runner())
-    else:
-        session.install(f"torch=={torch}", "-e", ".[test]")
+    pytest = [f"pytest=={_oldest_pytest()}"] if oldest_pytest else []
+    session.install(f"torch=={torch}", *pytest, "-e", ".", *_test_runner(), env=NO_CONSTRAINTS)
+    _run_suite(session)
+
+
+@nox.session(python=TESTS_PYTHON)
+@nox.parametrize("torch", CLAIMED_RELEASES)
+def releases(session: nox.Session, torch: str) -> None:
+    """The suite on a release that CI does not run: the oldest claimed, each patch boundary."""
+    # Inductor before 2.4 imports pkg_resources, which new virtual environments lack.
+    tools = ["setuptools<81"]
+    session.install(f"torch=={torch}", *tools, "-e", ".", *_test_runner(), env=NO_CONSTRAINTS)
+    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
     _run_suite(session)
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 from importlib.metadata import entry_points
 
@@ -17,7 +19,9 @@ import torch
 import torch._dynamo
 import torch._inductor.config
 import torch._inductor.cudagraph_trees
-import torch._inductor.runtime.cache_dir_utils
+
+with contextlib.suppress(ImportError):  # from torch 2.3
+    importlib.import_module("torch._inductor.runtime.cache_dir_utils")
 
 # Compiling once loads the rest of dynamo's modules (backend registries among them).
 torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
@@ -34,11 +38,27 @@ def ourtester(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+# The plugins the test extra pins for tests/ecosystem. Inner sessions run as in a clean
+# environment unless a test asks for one (``-p hypothesispytest``): hypothesis's plugin alone
+# adds seconds to each session's start on a busy machine, pytest-randomly would shuffle the
+# inner tests, and pytest-rerunfailures opens a socket server.
+INSTALLED_FOR_ECOSYSTEM = (
+    "randomly",
+    "rerunfailures",
+    "hypothesispytest",
+    "pytest_cov",
+    "asyncio",
+    "timeout",
+    "pytest_mock",
+    "repeat",
+)
+CLEAN_SESSIONS = " ".join(f"-p no:{name}" for name in INSTALLED_FOR_ECOSYSTEM)
+
+
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytester's own fixture, its sessions started without pytest-randomly's shuffle and
-    pytest-rerunfailures's socket server where they are installed (the test extra has them for
-    tests/ecosystem; a session asks for one with ``-p randomly``, ``-p rerunfailures``).
-    pytester drops ``PYTEST_ADDOPTS`` as it starts: it is set again here."""
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly -p no:rerunfailures")
+    """pytester's own fixture, its sessions started without the plugins installed for
+    tests/ecosystem (:data:`INSTALLED_FOR_ECOSYSTEM`). pytester drops ``PYTEST_ADDOPTS`` as it
+    starts: it is set again here."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", CLEAN_SESSIONS)
     return pytester

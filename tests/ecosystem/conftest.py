@@ -1,7 +1,7 @@
 """Sessions beside the plugins real CUDA suites carry (pinned in the ``test`` extra): each inner
-session gets an ini that those plugins start quietly with, and pytest-randomly and
-pytest-rerunfailures only where a test asks for them (``-p randomly``, ``-p rerunfailures``:
-see ``tests/conftest.py``)."""
+session loads them all (the other tests' sessions load none: see ``tests/conftest.py``) with an
+ini that they start quietly with, and pytest-randomly and pytest-rerunfailures only where a test
+asks for them (``-p randomly``, ``-p rerunfailures``)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ def eco(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Py
     their processes' pids (:data:`RECORD_PIDS`)."""
     pytester.makeini(ECOSYSTEM_INI)
     monkeypatch.setenv("PIDS", str(pytester.path / "pids"))
+    # Every plugin starts, as in a user's run, but pytest-randomly's shuffle and
+    # pytest-rerunfailures's socket server: a test asks for them (``-p randomly``).
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly -p no:rerunfailures")
     return pytester
 
 

@@ -194,41 +194,31 @@ EXTRA_ARGS = {
     "doctest": ["--doctest-modules"],
 }
 NOT_TESTS = ("warnings", "rerun")
-FEATURES = [
-    pytest.param([], id="plain"),
-    pytest.param(["--cudagraph-subprocess"], id="subprocess"),
-    pytest.param(["--cudagraph-threads=1"], id="threads"),
-    pytest.param(["--cudagraph-report=json:report.json"], id="report"),
-]
+# Each feature beside each plugin, against the suite's own counts without the plugin's options.
+FEATURES = {
+    "subprocess": ["--cudagraph-subprocess"],
+    "threads": ["--cudagraph-threads=1"],
+    "report": ["--cudagraph-report=json:report.json"],
+}
 
 
-@pytest.fixture(scope="module")
-def plain_counts() -> dict[str, dict[str, int]]:
-    """Each suite's counts without the plugin's options, found once per module."""
-    return {}
-
-
-@pytest.mark.parametrize("features", FEATURES)
 @pytest.mark.parametrize("suite", sorted(SUITES))
 def test_a_suite_beside_a_plugin(
-    eco: pytest.Pytester,
-    no_process_left: Callable[[], None],
-    plain_counts: dict[str, dict[str, int]],
-    suite: str,
-    features: list[str],
+    eco: pytest.Pytester, no_process_left: Callable[[], None], suite: str
 ) -> None:
     eco.makepyfile(**{f"test_{suite}": SUITES[suite], "test_ours": OURS, "drafted": DRAFTED})
     eco.makeconftest(RUN_ID)
     args = [*EXTRA_ARGS.get(suite, []), "-p", "no:cacheprovider"]
-    if suite not in plain_counts:
-        plain_counts[suite] = counts(eco.runpytest_subprocess(*args))
-    result = eco.runpytest_subprocess(*args, *features)
-    no_internal_error(result)
-    assert counts(result) == plain_counts[suite]
-    if features and features[0].startswith("--cudagraph-report"):
-        report = json.loads((eco.path / "report.json").read_text())
-        ran = {key: n for key, n in plain_counts[suite].items() if key not in NOT_TESTS}
-        assert len(report["tests"]) == sum(ran.values())
-    if suite == "cov":
-        result.stdout.fnmatch_lines(["drafted.py * 100%*"])
+    expected: dict[str, int] = {}
+    for feature, options in {"plain": [], **FEATURES}.items():
+        result = eco.runpytest_subprocess(*args, *options)
+        no_internal_error(result)
+        expected = expected or counts(result)
+        assert counts(result) == expected, feature
+        if feature == "report":
+            report = json.loads((eco.path / "report.json").read_text())
+            ran = {key: n for key, n in expected.items() if key not in NOT_TESTS}
+            assert len(report["tests"]) == sum(ran.values())
+        if suite == "cov":
+            result.stdout.fnmatch_lines(["drafted.py * 100%*"])
     no_process_left()

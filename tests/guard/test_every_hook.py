@@ -296,7 +296,7 @@ def _suite_args(guarded: Guarded) -> tuple[str, ...]:
     if guarded.name.startswith("report.junit."):
         return ("--junitxml=junit.xml",)
     if guarded.name.endswith(PYTEST_TIMEOUT_HOOK):  # called by pytest-timeout, given a timeout
-        return ("--timeout=300",)
+        return ("-p", "timeout", "--timeout=300")
     return ("--cudagraph-threads=1",) if guarded.name.startswith("suite.") else ()
 
 

@@ -65,7 +65,7 @@ def test_a_test_process_finds_loaded_what_the_sessions_plugins_import_as_it_ends
     ourtester.makepyfile(
         "import pytest\n\n@pytest.mark.parametrize('n', range(6))\ndef test_n(n):\n    pass\n"
     )
-    result = ourtester.runpytest("--cudagraph-subprocess", "-p", "no:randomly")
+    result = ourtester.runpytest("--cudagraph-subprocess", "-p", "hypothesispytest")
     result.assert_outcomes(passed=6)
     loaded = dict(json.loads(line) for line in loaded_file.read_text().splitlines())
     found = [loaded[int(pid)] for pid in ran_file.read_text().split()]

@@ -385,8 +385,12 @@ def test_sleeps():
     while len(open(children).read().split()) < 2:  # and a spare, set up for test_next
         time.sleep(0.05)
     [spare] = [pid for pid in open(children).read().split() if pid != str(os.getpid())]
-    with open(os.environ["PIDS"], "w") as file:
+    for _ in range(200):  # the zygote steps into the test's folder while it loads modules
         zygote_folder = os.readlink(f"/proc/{zygote}/cwd")
+        if "pytest-cudagraph-subprocess-" in zygote_folder:
+            break
+        time.sleep(0.05)
+    with open(os.environ["PIDS"], "w") as file:
         file.write(f"{os.getpid()} {zygote} {spare} {zygote_folder}\\n")
     time.sleep(120)
 
