@@ -76,7 +76,7 @@ TESTS = (
     "test_one_marker_thread_decodes",
     "test_main_decodes",
 )
-DIVERGES = {"config-divergence"} if not config_is_process_wide() else set()
+DIVERGES = {"config-divergence"}
 EXPECTED = {
     "test_plain_thread_compiles": DIVERGES,
     "test_another_drafter": DIVERGES,
@@ -96,6 +96,11 @@ def kinds(path: Path) -> dict[str, set[str]]:
     return found
 
 
+@pytest.mark.skipif(
+    config_is_process_wide(),
+    reason="torch <= 2.11: a drafter thread compiles with the main thread's settings of the "
+    "moment, so which code runs depends on which test compiles first",
+)
 def test_findings_follow_the_compiled_code_in_every_order(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
