@@ -36,7 +36,7 @@ from .patch_table import PATCHES
 from .patches import Patches, owner_class
 from .runtime import release_tuple
 from .thread_names import started_outside_python, thread_label
-from .tree_events import patch_tree_events, running_function
+from .tree_events import last_runtime_skip, patch_tree_events, running_function
 from .trees import CUDAGRAPH_TREES
 
 # From this release compile_fx keeps a compiled function's callable per thread, so no thread
@@ -175,12 +175,24 @@ def _observed_graph_call(call: Any) -> Any:
         if test_number < AUDIENCE.test_number:
             emit(RanEarlierGraph(thread_label(), origin, id(graph)))
 
+    def note_runtime_skip(graph: Any, before: int) -> None:
+        """A skip that a tree manager decided in the graph's first call (mutated inputs) goes
+        with the graph, as a compile's skip does: later tests that run it carry it too."""
+        _, origin = state.graph_tests.get(id(graph), (0, None))
+        if origin is not None and origin.skip is None and skip_count() > before:
+            origin.skip = last_runtime_skip()
+
     @functools.wraps(call)
     def call_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
         seen = (id(self), threading.get_ident())
-        if seen not in state.ran_graphs:
-            run_ours(loss, observe, self, seen)
-        return call(self, *args, **kwargs)
+        if seen in state.ran_graphs:
+            return call(self, *args, **kwargs)
+        run_ours(loss, observe, self, seen)
+        before = run_ours(loss, skip_count)
+        result = call(self, *args, **kwargs)
+        if before is not None:
+            run_ours(loss, note_runtime_skip, self, before)
+        return result
 
     return call_observed
 

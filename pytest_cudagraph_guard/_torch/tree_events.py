@@ -55,6 +55,7 @@ class _TreeState(threading.local):
     replaying: Any = None
     mismatch_node: weakref.ref[Any] | None = None
     mismatch_reason: str = UNNAMED_MISMATCH
+    runtime_skip: str = "unknown"  # the reason of the last skip a tree manager decided
 
 
 _HERE: Final = _TreeState()
@@ -64,6 +65,11 @@ _MODELS: Final[weakref.WeakKeyDictionary[Any, int]] = weakref.WeakKeyDictionary(
 _MODELS_BY_ID: Final[dict[int, int]] = {}
 # Each replayed node's function name, worked out at its first replay.
 _NODE_NAMES: Final[weakref.WeakKeyDictionary[Any, str]] = weakref.WeakKeyDictionary()
+
+
+def last_runtime_skip() -> str:
+    """The reason of the last skip a tree manager decided in the calling thread."""
+    return _HERE.runtime_skip
 
 
 def running_function() -> str | None:
@@ -219,6 +225,7 @@ def _observed_runtime_skip(log_skip: Any) -> Any:
         text = str(message).strip()
         reason = text.splitlines()[0] if text else "unknown"
         thread = thread_label()
+        _HERE.runtime_skip = reason
         emit(Skipped(thread, reason))
         if RERECORD_LIMIT in reason:
             noted = _HERE.mismatch_node

@@ -34,6 +34,8 @@ def test_a_test_hung_in_capture_fails_by_timeout_and_the_run_goes_on(
     result = gpu_tester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
+        "-p",
+        "timeout",  # the inner sessions start without the test extra's plugins (tests/conftest)
         "--timeout=20",
         f"--timeout-method={method}",
         "--cudagraph-subprocess",
