@@ -26,7 +26,7 @@ from ..core.ours import ours
 from ..core.records import TestRecord
 from ..core.session import plugin_session, test_process_key
 from ..core.warnings import CudagraphGuardWarning
-from .cuda import KernelWarmUp, cublas_read_too_early, initialise_cuda
+from .cuda import AHEAD
 from .ending import Ending
 from .narrowing import narrow_cases, next_on_path
 from .protocol import (
@@ -232,11 +232,10 @@ class SubprocessChild:
         if self.assignments is None:
             return (yield)
         assignments = LineReader(self.assignments)
-        warm_up = self._ready_before_the_test()
+        self._ready_before_the_test()
 
         def next_line() -> str:  # warming kernels up until it arrives
-            if warm_up is not None:
-                warm_up.run_while(lambda: not assignments.has_line())
+            AHEAD.warm_up_while(lambda: not assignments.has_line())
             return (assignments.next() or "").strip()
 
         try:
@@ -269,20 +268,18 @@ class SubprocessChild:
         self.request.update({**test_request, "basetemp": self.request["basetemp"]})
         self._write_unsent()
 
-    def _ready_before_the_test(self) -> KernelWarmUp | None:
+    def _ready_before_the_test(self) -> None:
         """What a spare can do before it knows its test: CUDA's set-up, the leak guard's
         baseline (kept where collection changes nothing), and a collection of the set-up's
         garbage; then its kernels' warm-up, to run while it waits. Not gc.freeze(): the set-up's
         objects, the conftests' among them, must stay collectable, as they are in a test process
         that was not set up ahead."""
-        warm_up = None
         if self.request["init_cuda"]:  # with the test's environment and conftests in effect
-            warm_up = initialise_cuda()
+            AHEAD.set_up()
         session = plugin_session(self.config)
         if session is not None and session.take_baseline_early is not None:
             session.take_baseline_early()
         gc.collect()
-        return warm_up
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_NARROWING)
@@ -347,7 +344,7 @@ class SubprocessChild:
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         """Before the test's fixtures are finalized (a monkeypatch undone): a warning of the
         test where it set what cuBLAS had read before it (sent as is, past the filters)."""
-        notice = cublas_read_too_early(item.nodeid)
+        notice = AHEAD.cublas_read_too_early(item.nodeid)
         if notice is not None:
             line = item.location[1]
             where = (item.path, None if line is None else line + 1)

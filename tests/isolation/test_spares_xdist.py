@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph_guard.isolation.cuda import (
+from pytest_cudagraph_guard.isolation.cuda import STANDIN_VARIABLE, CudaUse
+from pytest_cudagraph_guard.isolation.spares import (
     MAX_AUTOMATIC_SPARES,
-    STANDIN_VARIABLE,
-    CudaUse,
     cuda_spares,
     spares_wanted,
     usable_cores,

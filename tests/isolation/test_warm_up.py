@@ -53,7 +53,7 @@ def test_2_waits_for_a_spare_to_log(name={wait_for!r}):
 
 def test_3_reads_its_warm_up():
     with open(os.environ["WARMED"], "w") as out:
-        out.write(f"{{os.getpid()}} {{' '.join(cuda.warmed_up)}}")
+        out.write(f"{{os.getpid()}} {{' '.join(cuda.AHEAD.warmed_up)}}")
 """
 
 
@@ -144,7 +144,7 @@ def test_2_waits():
     wait_for_a_spares_matmul()
 
 def test_3_sets_it_in_its_body(monkeypatch):
-    assert cuda.warmed_up == ["elementwise", "float32 matmul"]
+    assert cuda.AHEAD.warmed_up == ["elementwise", "float32 matmul"]
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     wait_for_a_spares_matmul()
 
@@ -157,7 +157,7 @@ def test_4_waits():  # a process of its own: its marker's env is not test_3's
 
 @SET_AHEAD
 def test_5_has_it_from_the_start():
-    assert cuda.warmed_up == ["elementwise", "float32 matmul"]
+    assert cuda.AHEAD.warmed_up == ["elementwise", "float32 matmul"]
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
 """
 
