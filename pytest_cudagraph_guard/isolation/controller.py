@@ -142,7 +142,7 @@ def run_protocol(
         if "teardown" not in logged:
             _log_death(item, outcome, messages, options, logged=logged, reporting=reporting)
     finally:
-        runner.remove(outcome)
+        runner.release(outcome)
     _tear_down_shared_fixtures(item, nextitem)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 

@@ -100,7 +100,7 @@ class IsolationPlugin:
         """Before the session's own end: its test processes end theirs (an interrupted session
         ends them at once)."""
         if self._runner is not None:
-            self._runner.finish(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
+            self._runner.close_zygotes(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
 
     def prestart(self) -> None:
         """Starts the session's first test process ahead, so that its imports overlap those of

@@ -10,12 +10,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -61,9 +60,7 @@ class ChildExit:
     timed_out: bool = False
     stacks: str = ""
     duration: float = 0.0
-    # Of a zygote's test process that said it was done and may still be ending: the zygote
-    # says when it has ended, and its folder stays until then.
-    ending_under: Zygote | None = None
+    ending: bool = False  # it said it was done and may still be ending
 
     def stream(self, name: str) -> str:
         path = self.folder / name
@@ -76,9 +73,18 @@ class ChildExit:
 
 
 class Zygote:
-    """A client for one zygote process, for one set of import-time variables."""
+    """A client for one zygote process, for one set of import-time variables. It says which of
+    its test processes that said they were done have ended, as it learns it (``ended``)."""
 
-    def __init__(self, env: dict[str, str], log: Path, cwd: Path, *, live_output: bool) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        log: Path,
+        cwd: Path,
+        ended: Callable[[Iterable[int]], None],
+        *,
+        live_output: bool,
+    ) -> None:
         self.log = log.open("wb")
         with handed_terminal(env, live_output) as (zygote_env, terminal):
             self.process = subprocess.Popen(
@@ -94,7 +100,8 @@ class Zygote:
         self.log_path = log
         self.ready: bool | None = None
         self.notices: list[str] = []  # for the user, once each
-        self.ending: dict[int, Path] = {}  # folders of test processes done but maybe not ended
+        self.ending: set[int] = set()  # test processes that said they were done, not yet ended
+        self._ended = ended
         self.longest_timeout = 0.0  # of the tests it ran: how long one may take to end
         self._modules_sent: ModuleLists | None = None  # the session's, as last sent
         assert self.process.stdout is not None
@@ -144,16 +151,19 @@ class Zygote:
             if reply is None or reply.kind not in ("exited", "done"):
                 return None
             if reply.pid == pid:
+                if reply.kind == "done":
+                    self.ending.add(pid)
                 return reply
 
     def _reply(self, deadline: float) -> tuple[Reply | None, str | None]:
         """The next reply other than a notice or the end of a test process that said it was
         done, and its line (None at the end of the pipe or the deadline); the notices on the
-        way are kept, and the folders of the processes that ended removed."""
+        way are kept, and the ends said."""
         while (line := self._replies.next(deadline)) is not None:
             reply = parse_reply(line)
             if reply is not None and reply.kind == "exited" and reply.pid in self.ending:
-                shutil.rmtree(self.ending.pop(reply.pid), ignore_errors=True)
+                self.ending.discard(reply.pid)
+                self._ended((reply.pid,))
             elif reply is None or reply.kind != "notice":
                 return reply, line
             else:
@@ -184,8 +194,7 @@ class Zygote:
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.log.close()
-        for folder in self.ending.values():  # their processes ended with the zygote
-            shutil.rmtree(folder, ignore_errors=True)
+        self._ended(self.ending)  # they ended with the zygote
         self.ending.clear()
 
     def _send(self, line: str) -> bool:
@@ -232,21 +241,20 @@ class SubprocessRunner:
         _write_request(request, request_path)
         return self._spawn(request, request_path, folder, timeout)
 
-    def remove(self, outcome: ChildExit) -> None:
-        """Removes the test's folder once its process has ended (its basetemp is there)."""
-        if outcome.ending_under is not None:
-            outcome.ending_under.ending[outcome.pid] = outcome.folder
-        else:
-            shutil.rmtree(outcome.folder, ignore_errors=True)
+    def release(self, outcome: ChildExit) -> None:
+        """The test's folder has been read: it goes once its process has ended."""
+        self.folder.release(outcome.folder, outcome.pid if outcome.ending else None)
 
-    def finish(self, *, wait: bool) -> None:
-        """The session's tests are done: its zygotes end; with ``wait``, once their test
-        processes have ended their sessions, so that this session's own end comes after
-        theirs."""
-        self._close_zygotes(wait=wait)
+    def close_zygotes(self, *, wait: bool) -> None:
+        """Ends the zygotes; with ``wait``, once their test processes have ended their
+        sessions, so that this session's own end (the tests are done) comes after theirs."""
+        for zygote in self._zygotes.values():
+            self._notices.extend(zygote.notices)
+            zygote.close(wait=wait)
+        self._zygotes.clear()
 
     def close(self) -> None:
-        self._close_zygotes(wait=False)
+        self.close_zygotes(wait=False)
         self.folder.close()
 
     # -- processes ---------------------------------------------------------------------------
@@ -261,7 +269,10 @@ class SubprocessRunner:
                 oldest.close(wait=True)
             folder = self.folder.path
             log = folder / f"zygote-{len(self._zygotes)}-{time.monotonic_ns()}.log"
-            zygote = Zygote(_zygote_env(env), log, folder, live_output=self.live_output)
+            zygote_env = _zygote_env(env)
+            zygote = Zygote(
+                zygote_env, log, folder, self.folder.ended, live_output=self.live_output
+            )
             self._zygotes[key] = zygote
         return zygote
 
@@ -282,13 +293,7 @@ class SubprocessRunner:
             f"cudagraph_subprocess: {reason}; each marked test now starts a fresh interpreter "
             "instead (slower, as fresh)"
         )
-        self._close_zygotes(wait=True)
-
-    def _close_zygotes(self, *, wait: bool) -> None:
-        for zygote in self._zygotes.values():
-            self._notices.extend(zygote.notices)
-            zygote.close(wait=wait)
-        self._zygotes.clear()
+        self.close_zygotes(wait=True)
 
     def _wait_zygote_child(
         self, zygote: Zygote, pid: int, folder: Path, timeout: float
@@ -309,7 +314,7 @@ class SubprocessRunner:
             kill_group(pid)
         else:
             outcome.status = ended.status
-            outcome.ending_under = zygote if ended.kind == "done" else None
+            outcome.ending = ended.kind == "done"
         outcome.duration = time.monotonic() - start
         return outcome
 
