@@ -71,16 +71,10 @@ class IsolationPlugin:
             return None  # setup fails the test with the message
         from .controller import run_protocol
 
-        options = timeouts.bounded(item, options)
-        set_up_next = nextitem is not None and plugin_marks(nextitem)[1] is not None
-        run_protocol(
-            item,
-            nextitem,
-            options,
-            self._test_runner(),
-            reporting=self.session.recording,
-            set_up_next=set_up_next,
-        )
+        # The session's variables for test processes, then the marker's over them.
+        env = (*self.options.process_env, *options.env)
+        options = timeouts.bounded(item, options)._replace(env=env)
+        run_protocol(item, nextitem, options, self._test_runner(), self.session)
         return True
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -105,9 +99,9 @@ class IsolationPlugin:
     def prestart(self) -> None:
         """Starts the session's first test process ahead, so that its imports overlap those of
         the module being collected."""
-        from .controller import session_environment
+        from .controller import process_environment
 
-        self._test_runner().prestart(session_environment(self.options.process_env))
+        self._test_runner().prestart(process_environment(self.options.process_env))
 
     def _test_runner(self) -> SubprocessRunner:
         if self._runner is None:
