@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -73,19 +73,14 @@ class ChildExit:
 
 
 class Zygote:
-    """A client for one zygote process, for one set of import-time variables. It says which of
-    its test processes that said they were done have ended, as it learns it (``ended``)."""
+    """A client for one zygote process, for one set of import-time variables, working in the
+    session's folder: it tells the folder which of its test processes that said they were done
+    have ended, as it learns it."""
 
-    def __init__(
-        self,
-        env: dict[str, str],
-        log: Path,
-        cwd: Path,
-        ended: Callable[[Iterable[int]], None],
-        *,
-        live_output: bool,
-    ) -> None:
-        self.log = log.open("wb")
+    def __init__(self, env: dict[str, str], folder: SessionFolder, *, live_output: bool) -> None:
+        self.folder = folder
+        self.log_path = folder.path / f"zygote-{time.monotonic_ns()}.log"
+        self.log = self.log_path.open("wb")
         with handed_terminal(env, live_output) as (zygote_env, terminal):
             self.process = subprocess.Popen(
                 [sys.executable, "-m", ENTRY_MODULE, "serve"],
@@ -93,15 +88,13 @@ class Zygote:
                 stdout=subprocess.PIPE,
                 stderr=self.log,
                 env=zygote_env,
-                cwd=cwd,
+                cwd=folder.path,
                 start_new_session=True,  # a Ctrl-C in the terminal is the parent's to handle
                 pass_fds=terminal,
             )
-        self.log_path = log
         self.ready: bool | None = None
         self.notices: list[str] = []  # for the user, once each
         self.ending: set[int] = set()  # test processes that said they were done, not yet ended
-        self._ended = ended
         self.longest_timeout = 0.0  # of the tests it ran: how long one may take to end
         self._modules_sent: ModuleLists | None = None  # the session's, as last sent
         assert self.process.stdout is not None
@@ -163,7 +156,7 @@ class Zygote:
             reply = parse_reply(line)
             if reply is not None and reply.kind == "exited" and reply.pid in self.ending:
                 self.ending.discard(reply.pid)
-                self._ended((reply.pid,))
+                self.folder.ended((reply.pid,))
             elif reply is None or reply.kind != "notice":
                 return reply, line
             else:
@@ -188,13 +181,12 @@ class Zygote:
                 timeout=ZYGOTE_CLOSE_TIMEOUT_S + (self.longest_timeout if wait else 0.0)
             )
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            kill_group(self.process.pid)
             self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.log.close()
-        self._ended(self.ending)  # they ended with the zygote
+        self.folder.ended(self.ending)  # they ended with the zygote
         self.ending.clear()
 
     def _send(self, line: str) -> bool:
@@ -267,12 +259,7 @@ class SubprocessRunner:
                 oldest = self._zygotes.pop(next(iter(self._zygotes)))
                 self._notices.extend(oldest.notices)
                 oldest.close(wait=True)
-            folder = self.folder.path
-            log = folder / f"zygote-{len(self._zygotes)}-{time.monotonic_ns()}.log"
-            zygote_env = _zygote_env(env)
-            zygote = Zygote(
-                zygote_env, log, folder, self.folder.ended, live_output=self.live_output
-            )
+            zygote = Zygote(_zygote_env(env), self.folder, live_output=self.live_output)
             self._zygotes[key] = zygote
         return zygote
 
