@@ -1,5 +1,6 @@
-"""``@pytest.mark.cudagraph_subprocess``, the parent's side of one test: it runs in a fresh
-process (:mod:`.pool`) and its reports are replayed here as if it had run in place."""
+"""``@pytest.mark.cudagraph_subprocess``, the parent's side of one test, called by the feature's
+plugin (:mod:`.plugin`): it runs in a fresh process (:mod:`.pool`) and its reports are replayed
+here as if it had run in place."""
 
 from __future__ import annotations
 
@@ -142,7 +143,7 @@ def run_protocol(
         if "teardown" not in logged:
             _log_death(item, outcome, messages, options, logged=logged, reporting=session.recording)
     finally:
-        runner.release(outcome)
+        runner.folder.release(outcome.folder, outcome.pid, ending=outcome.ending)
     _tear_down_shared_fixtures(item, nextitem)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 

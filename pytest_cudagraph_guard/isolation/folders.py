@@ -40,12 +40,13 @@ class SessionFolder:
         folder.mkdir(mode=0o700)
         return folder
 
-    def release(self, folder: Path, ending: int | None) -> None:
-        """``folder`` has been read: it goes now, or once its process ``ending`` has ended."""
-        if ending is None:
-            shutil.rmtree(folder, ignore_errors=True)
+    def release(self, folder: Path, pid: int, *, ending: bool) -> None:
+        """``folder`` has been read: it goes now, or, where its process ``pid`` is still
+        ``ending``, once it has ended."""
+        if ending:
+            self._ending[pid] = folder
         else:
-            self._ending[ending] = folder
+            shutil.rmtree(folder, ignore_errors=True)
 
     def ended(self, pids: Iterable[int]) -> None:
         """Processes ``pids`` have ended: the folders released before go."""

@@ -44,7 +44,6 @@ class IsolationPlugin:
         self.session = session
         self.options = session.options
         self._runner: SubprocessRunner | None = None
-        self._started = False
 
     @classmethod
     def load(cls, session: PluginSession) -> IsolationPlugin:
@@ -52,9 +51,9 @@ class IsolationPlugin:
         return plugin
 
     def start(self) -> None:
-        if not self._started:
-            self._started = True
-            self.session.config.pluginmanager.register(self, plugin_names.ISOLATION_RUNS)
+        manager = self.session.config.pluginmanager
+        if not manager.is_registered(self):
+            manager.register(self, plugin_names.ISOLATION_RUNS)
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_PROCESSES, honours=subprocess_marker_asked)

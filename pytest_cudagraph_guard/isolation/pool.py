@@ -1,8 +1,7 @@
-"""The test processes of ``cudagraph_subprocess``, from the parent: a zygote per set of
-import-time variables, a forked or spawned process per test (``python -m`` this package, see
-:mod:`.__main__`), and how each ended.
-
-Nothing crosses but files in an owner-only folder and two pipes.
+"""The test processes of ``cudagraph_subprocess``, from the parent (its :mod:`.plugin` and
+:mod:`.controller`): a zygote per set of import-time variables, a forked or spawned process per
+test (``python -m`` this package, see :mod:`.__main__`), and how each ended. Nothing crosses but
+files in an owner-only folder (:mod:`.folders`) and two pipes.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from .folders import SessionFolder, owner_only
 from .forking import kill_group
 from .preloads import no_modules
 from .protocol import (
+    END,
     REQUEST_NAME,
     STDERR_NAME,
     STDOUT_NAME,
@@ -31,7 +31,6 @@ from .protocol import (
     LineReader,
     ModuleLists,
     Reply,
-    end_line,
     parse_reply,
     run_line,
 )
@@ -64,12 +63,7 @@ class ChildExit:
 
     def stream(self, name: str) -> str:
         path = self.folder / name
-        try:
-            with path.open("rb") as file:
-                file.seek(max(0, path.stat().st_size - SECTION_LIMIT))
-                return file.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return _read_from(path, max(0, _size(path) - SECTION_LIMIT))
 
 
 class Zygote:
@@ -109,17 +103,14 @@ class Zygote:
         self._modules_sent = request["session_modules"]
         return sent
 
-    def wait_ready(self) -> bool:
-        if self.ready is None:
-            reply, _ = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
-            self.ready = reply is not None and reply.kind == "ready"
-        return self.ready
-
     def start(self, request: Path) -> int | str:
         """The test process's pid, or why the zygote would not fork it. The request goes out
         before the zygote is ready, so that it forks the test before it preloads more."""
         sent = self._send(run_line(request))
-        if not self.wait_ready():
+        if self.ready is None:
+            reply, _ = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
+            self.ready = reply is not None and reply.kind == "ready"
+        if not self.ready:
             return f"the zygote did not start ({self.why_not_ready()})"
         # Before it forks, a zygote may still be loading what test processes need.
         if not sent:
@@ -172,7 +163,7 @@ class Zygote:
         """Ends the zygote; with ``wait``, once its test processes that said they were done
         have ended their sessions (each within its test's timeout); else at once."""
         if wait:
-            self._send(end_line())
+            self._send(END)
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
@@ -233,10 +224,6 @@ class SubprocessRunner:
         _write_request(request, request_path)
         return self._spawn(request, request_path, folder, timeout)
 
-    def release(self, outcome: ChildExit) -> None:
-        """The test's folder has been read: it goes once its process has ended."""
-        self.folder.release(outcome.folder, outcome.pid if outcome.ending else None)
-
     def close_zygotes(self, *, wait: bool) -> None:
         """Ends the zygotes; with ``wait``, once their test processes have ended their
         sessions, so that this session's own end (the tests are done) comes after theirs."""
@@ -252,7 +239,10 @@ class SubprocessRunner:
     # -- processes ---------------------------------------------------------------------------
 
     def _zygote(self, env: dict[str, str]) -> Zygote:
-        key = tuple(sorted((k, v) for k, v in env.items() if self._read_at_import(k)))
+        read_at_import = [
+            k for k in env if k.startswith(IMPORT_TIME_PREFIXES) or k in self.import_time
+        ]
+        key = tuple(sorted((k, env[k]) for k in read_at_import))
         zygote = self._zygotes.get(key)
         if zygote is None:
             if len(self._zygotes) >= MAX_ZYGOTES:
@@ -262,9 +252,6 @@ class SubprocessRunner:
             zygote = Zygote(_zygote_env(env), self.folder, live_output=self.live_output)
             self._zygotes[key] = zygote
         return zygote
-
-    def _read_at_import(self, name: str) -> bool:
-        return name.startswith(IMPORT_TIME_PREFIXES) or name in self.import_time
 
     def take_notices(self) -> list[str]:
         """What the user should be told, once each, since the last call."""
@@ -377,9 +364,13 @@ def _stop(pid: int, folder: Path) -> str:
             break
         last = now
     kill_group(pid)
+    return _read_from(stderr, size)
+
+
+def _read_from(path: Path, offset: int) -> str:
     try:
-        with stderr.open("rb") as file:
-            file.seek(size)
+        with path.open("rb") as file:
+            file.seek(offset)
             return file.read().decode(errors="replace")
     except OSError:
         return ""
