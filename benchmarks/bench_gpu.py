@@ -117,7 +117,7 @@ def run_the_bench_test() -> None:
 def spares_per_worker(workers: int, one_queue: bool) -> int:
     """The spares the plugin keeps for CUDA test processes by default (its own rule), with no
     bound from the GPU's memory."""
-    from pytest_cudagraph_guard.isolation.cuda import cuda_spares
+    from pytest_cudagraph_guard.isolation.spares import cuda_spares
 
     return cuda_spares(
         workers=workers, cores=os.cpu_count() or 1, free_bytes=0, one_queue=one_queue

@@ -26,8 +26,7 @@ from bench_gpu import run_the_bench_test
 from cuda_process_cost import cuda_available
 
 from pytest_cudagraph_guard._torch.kernel_warm_up import forget_warm_up, kernel_warm_up_steps
-from pytest_cudagraph_guard.isolation import cuda
-from pytest_cudagraph_guard.isolation.cuda import KernelWarmUp
+from pytest_cudagraph_guard.isolation.cuda import CudaAhead
 
 
 def other_ops() -> None:
@@ -67,8 +66,10 @@ def _first_run(body: str, warm: bool) -> dict[str, float]:
     start = time.perf_counter()
     if warm:  # as a spare whose test comes after its last step
         steps = kernel_warm_up_steps(torch)
-        KernelWarmUp(steps, lambda: forget_warm_up(torch)).run_while(lambda: True)
-        if cuda.warmed_up != [name for name, _ in steps]:
+        ahead = CudaAhead()
+        ahead.warm_up_with(steps, lambda: forget_warm_up(torch))
+        ahead.warm_up_while(lambda: True)
+        if ahead.warmed_up != [name for name, _ in steps]:
             raise RuntimeError("the warm-up did not run all its steps: its error is on stderr")
     warmed = time.perf_counter()
     BODIES[body]()

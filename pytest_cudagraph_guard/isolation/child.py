@@ -1,5 +1,7 @@
-"""Inside the fresh process of a ``cudagraph_subprocess`` test: run exactly that test in a pytest
-session set up as the parent's, and send each report back through pytest's own serialization."""
+"""Inside the fresh process of a ``cudagraph_subprocess`` test, forked by :mod:`.zygote` or a
+spawned interpreter (:mod:`.__main__`): run exactly that test in a pytest session set up as the
+parent's, and send each report back through pytest's own serialization. A spare, forked ahead
+(:mod:`.spares`), sets its session up before it knows its test (:class:`SpareWait`)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from ..core.ours import ours
 from ..core.records import TestRecord
 from ..core.session import plugin_session, test_process_key
 from ..core.warnings import CudagraphGuardWarning
-from .cuda import KernelWarmUp, cublas_read_too_early, initialise_cuda
+from .cuda import AHEAD
 from .ending import Ending
 from .narrowing import narrow_cases, next_on_path
 from .protocol import (
@@ -45,7 +47,6 @@ from .terminal import TERMINAL_FDS_VARIABLE, PytestChatter, write_to_terminal
 
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
-_stacks_stream: list[IO[str]] = []  # kept open for faulthandler until the process ends
 # Without these the test process cannot tell its test or send its results: essential.
 _LINK = _torch.Loss("cudagraph_subprocess", "the test process's link to the session")
 _NARROWING = _torch.Loss("cudagraph_subprocess", "collecting only the test's own path and case")
@@ -87,22 +88,22 @@ NEUTRAL_OPTIONS: dict[str, object] = {
 def run_child(request_path: str, done: int | None = None) -> NoReturn:
     """Runs the request's test and exits the process without running interpreter finalizers;
     says its exit code on the pipe ``done`` (of a zygote) once its last result is written."""
-    _run(lambda: SubprocessChild(load_request(request_path), Path(request_path)), done)
+    path = Path(request_path)
+    _run(lambda ending: SubprocessChild(load_request(path), path, ending), done)
 
 
 def run_spare(request: ChildRequest, assignments: int, done: int) -> NoReturn:
     """Sets up a session as ``request``'s, then runs the test whose request path comes through
     the pipe ``assignments``; exits at the end of that pipe."""
-    _run(lambda: SubprocessChild(request, assignments=assignments), done)
+    _run(lambda ending: SubprocessChild(request, None, ending, SpareWait(assignments)), done)
 
 
-def _run(make_child: Callable[[], SubprocessChild], done: int | None) -> NoReturn:
+def _run(make_child: Callable[[Ending], SubprocessChild], done: int | None) -> NoReturn:
     code = CHILD_CRASH_EXIT
     ending = Ending(frozenset(sys.modules), done)
     try:
-        child = make_child()
-        child.ending = ending
-        _enter(child.request)
+        child = make_child(ending)
+        _enter(child)
         code = _run_session(child)
         ending.note_modules(child.request_path, child.config)
     except BaseException:
@@ -112,17 +113,15 @@ def _run(make_child: Callable[[], SubprocessChild], done: int | None) -> NoRetur
         os._exit(code)
 
 
-def _enter(request: ChildRequest) -> None:
+def _enter(child: SubprocessChild) -> None:
     _die_with_parent()
-    os.chdir(request["cwd"])
+    os.chdir(child.request["cwd"])
     terminal = os.environ.get(TERMINAL_FDS_VARIABLE)
     os.environ.clear()
-    os.environ.update(request["env"])
-    sys.path[:] = child_sys_path(request)
-    # A copy of the real stderr: pytest's capture points fd 2 elsewhere while the test runs.
-    _stacks_stream.append(os.fdopen(os.dup(2), "w"))
-    faulthandler.register(STACKS_SIGNAL, file=_stacks_stream[0], all_threads=True)
-    if request["live_output"] and terminal is not None:
+    os.environ.update(child.request["env"])
+    sys.path[:] = child_sys_path(child.request)
+    faulthandler.register(STACKS_SIGNAL, file=child.stacks, all_threads=True)
+    if child.request["live_output"] and terminal is not None:
         write_to_terminal(terminal)
 
 
@@ -139,40 +138,41 @@ def _run_session(child: SubprocessChild) -> int:
     except _torch.TorchNotInstalled:
         pass  # the plugin skips a marked test, as it does in the parent
     else:
-        if child.request["switches"]:
-            _switch_cudagraphs_on(child)
+        apply = child.apply_cudagraph_settings
+        # A test that never compiles is then spared the second of importing inductor and dynamo.
+        if child.request["switches"] and not (
+            _torch.settings_can_wait_for_import()
+            and _torch.run_after_import(_torch.INDUCTOR_CONFIG, apply)
+        ):
+            apply()
     args = [*child.request["args"], "-W", START_UP_FILTER]
     return int(pytest.main(args, plugins=[child]))
 
 
-def _switch_cudagraphs_on(child: SubprocessChild) -> None:
-    # A test that never compiles is then spared the second of importing inductor and dynamo.
-    if not _torch.settings_can_wait_for_import() or not _torch.run_after_import(
-        _torch.INDUCTOR_CONFIG, child.apply_cudagraph_settings
-    ):
-        child.apply_cudagraph_settings()
-
-
 class SubprocessChild:
     """The child session's plugin: narrows the parent's options to the one test and streams
-    reports, collection errors and warnings back to the parent. A spare's session learns its
-    test from ``assignments`` once it is set up: at its collection, or after it where it was
-    told the test to collect ahead."""
+    reports, collection errors and warnings back to the parent. A spare's (``spare``) has no
+    test until it takes one (:meth:`take`)."""
 
     def __init__(
         self,
         request: ChildRequest,
-        request_path: Path | None = None,
-        assignments: int | None = None,
+        request_path: Path | None,
+        ending: Ending,
+        spare: SpareWait | None = None,
     ) -> None:
         self.request = request
         self.request_path = request_path
-        self.assignments = assignments
+        self.ending = ending
+        self.spare = spare
+        self.nodearg = request["nodearg"]  # the test this session collects, once known
         self.results: IO[str] | None = None
         self.config: pytest.Config | None = None
-        self.ending: Ending | None = None
         self.test_finished = False  # its teardown report is sent
         self.unsent: list[ChildMessage] = []
+        # A copy of the real stderr, for faulthandler until the process ends: pytest's capture
+        # points fd 2 elsewhere while the test runs.
+        self.stacks = os.fdopen(os.dup(2), "w")
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_LINK, essential=True, starts_session=True)
@@ -184,7 +184,7 @@ class SubprocessChild:
                 filters.remove(START_UP_FILTER)
         config.stash[test_process_key] = True
         config.stash[journal_path_key] = self.journal_path
-        self._select_test(config)
+        self.select(config, self.nodearg)
         for name, value in NEUTRAL_OPTIONS.items():
             if hasattr(config.option, name):
                 setattr(config.option, name, value)
@@ -203,8 +203,8 @@ class SubprocessChild:
         progress) goes nowhere (:class:`.terminal.PytestChatter`): the parent shows the test's
         reports, and the process's stdout, read when it dies, keeps only what the test itself
         wrote. Where the output is live, a crash's dump still goes to the test's stderr file."""
-        if self.request["live_output"] and _stacks_stream:
-            faulthandler.enable(file=_stacks_stream[0], all_threads=True)
+        if self.request["live_output"]:
+            faulthandler.enable(file=self.stacks, all_threads=True)
         standard = config.pluginmanager.get_plugin("terminalreporter")
         if standard is None:
             return
@@ -216,73 +216,30 @@ class SubprocessChild:
     def pytest_internalerror(self, excrepr: object) -> None:
         """An internal error (the plugin's essential code failing, say) reaches the process's
         stderr, which the parent shows when the process ran no test: the terminal is quiet."""
-        if _stacks_stream:
-            for line in str(excrepr).splitlines():
-                _stacks_stream[0].write(f"INTERNALERROR> {line}\n")
-            _stacks_stream[0].flush()
+        for line in str(excrepr).splitlines():
+            self.stacks.write(f"INTERNALERROR> {line}\n")
+        self.stacks.flush()
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     @ours(_LINK, essential=True)
     def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
-        """A spare waits here for its test; told the test the parent runs next, it collects
-        that one meanwhile, then waits for its test (that one) before the session goes on,
-        whatever the collection did."""
-        if self.ending is not None:
-            self.ending.collecting = frozenset(sys.modules)
-        if self.assignments is None:
+        """A spare waits for its test around its collection (:meth:`SpareWait.collect`)."""
+        self.ending.collecting = frozenset(sys.modules)
+        if self.spare is None:
             return (yield)
-        assignments = LineReader(self.assignments)
-        warm_up = self._ready_before_the_test()
+        return (yield from self.spare.collect(self, session.config))
 
-        def next_line() -> str:  # warming kernels up until it arrives
-            if warm_up is not None:
-                warm_up.run_while(lambda: not assignments.has_line())
-            return (assignments.next() or "").strip()
+    def select(self, config: pytest.Config, nodearg: str | None) -> None:
+        """The test this session collects (a spare's is not known before its collection)."""
+        self.nodearg = nodearg
+        if nodearg is not None:
+            config.args = [nodearg]
 
-        try:
-            line = next_line()
-            expected = parse_expect(line)
-            if expected is None:
-                self._take_test(line)
-                self._select_test(session.config)
-                return (yield)
-            self.request["nodearg"] = expected
-            self._select_test(session.config)
-            try:
-                return (yield)
-            finally:
-                self._take_test(next_line())
-        finally:
-            os.close(self.assignments)
-
-    def _select_test(self, config: pytest.Config) -> None:
-        if self.request["nodearg"] is not None:  # a spare's is not known before its collection
-            config.args = [self.request["nodearg"]]
-
-    def _take_test(self, line: str) -> None:
-        """The test of a ``run`` line; at the end of the pipe, the process is not needed."""
-        request_path = parse_run(line)
-        if request_path is None:
-            os._exit(0)
-        self.request_path = Path(request_path)
-        test_request = load_request(self.request_path)
-        self.request.update({**test_request, "basetemp": self.request["basetemp"]})
+    def take(self, request: ChildRequest, request_path: Path) -> None:
+        """A spare's test, once it has arrived: what it has to say goes to its results."""
+        self.request = request
+        self.request_path = request_path
         self._write_unsent()
-
-    def _ready_before_the_test(self) -> KernelWarmUp | None:
-        """What a spare can do before it knows its test: CUDA's set-up, the leak guard's
-        baseline (kept where collection changes nothing), and a collection of the set-up's
-        garbage; then its kernels' warm-up, to run while it waits. Not gc.freeze(): the set-up's
-        objects, the conftests' among them, must stay collectable, as they are in a test process
-        that was not set up ahead."""
-        warm_up = None
-        if self.request["init_cuda"]:  # with the test's environment and conftests in effect
-            warm_up = initialise_cuda()
-        session = plugin_session(self.config)
-        if session is not None and session.take_baseline_early is not None:
-            session.take_baseline_early()
-        gc.collect()
-        return warm_up
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_NARROWING)
@@ -291,21 +248,21 @@ class SubprocessChild:
     ) -> list[pytest.Item] | None:
         """Nothing for the names of a module or class on the test's path other than the next
         one on it: pytest would build every test of the module, then keep the one selected."""
-        wanted = next_on_path(self.request["nodearg"], collector)
+        wanted = next_on_path(self.nodearg, collector)
         return [] if wanted is not None and name != wanted else None
 
     @pytest.hookimpl(trylast=True)
     @ours(_NARROWING)
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Of a parametrized test on the path, only the test's own case."""
-        narrow_cases(self.request["nodearg"], metafunc)
+        narrow_cases(self.nodearg, metafunc)
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_NARROWING)
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
         """No other file or directory: pytest asks only of those off the test's path (its
         own, and the directories on the way, it collects whatever this says)."""
-        return True if self.request["nodearg"] is not None else None
+        return True if self.nodearg is not None else None
 
     def apply_cudagraph_settings(self) -> None:
         """CUDA graphs on, for the whole process: not a change the running test made (through
@@ -324,8 +281,7 @@ class SubprocessChild:
         self._send({"report": data})
         if report.when == "teardown":
             self.test_finished = True
-            if self.ending is not None:
-                self.ending.finished = frozenset(sys.modules)
+            self.ending.finished = frozenset(sys.modules)
 
     @ours(_TELLING)
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -347,7 +303,7 @@ class SubprocessChild:
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         """Before the test's fixtures are finalized (a monkeypatch undone): a warning of the
         test where it set what cuBLAS had read before it (sent as is, past the filters)."""
-        notice = cublas_read_too_early(item.nodeid)
+        notice = AHEAD.cublas_read_too_early(item.nodeid)
         if notice is not None:
             line = item.location[1]
             where = (item.path, None if line is None else line + 1)
@@ -363,7 +319,7 @@ class SubprocessChild:
     def pytest_sessionfinish(self, exitstatus: int | pytest.ExitCode) -> None:
         """Once the test has finished, the next test's process need not wait for this session's
         end: what the parent needs is written."""
-        if self.test_finished and self.ending is not None:
+        if self.test_finished:
             self._close_results()
             self.ending.note_modules(self.request_path, self.config)
             self.ending.say_done(int(exitstatus))
@@ -392,3 +348,58 @@ class SubprocessChild:
             self.results.write(json.dumps(message, default=repr) + "\n")
         self.unsent.clear()
         self.results.flush()
+
+
+class SpareWait:
+    """A spare's session until its test arrives, around its collection: it does what it can
+    before it knows its test, then waits for it, warming CUDA's kernels up; told the test the
+    parent runs next, it collects that one meanwhile, and gets only that test."""
+
+    def __init__(self, assignments: int) -> None:
+        self.assignments = LineReader(assignments)
+
+    def collect(
+        self, child: SubprocessChild, config: pytest.Config
+    ) -> Generator[None, object, object]:
+        """Told the test to expect, waits for it after the collection, whatever that did."""
+        try:
+            _ready_before_the_test(child.request, config)
+            line = self._next_line()
+            expected = parse_expect(line)
+            if expected is None:
+                child.take(*_test_of(line))
+                child.select(config, child.request["nodearg"])
+                return (yield)
+            child.select(config, expected)
+            try:
+                return (yield)
+            finally:
+                child.take(*_test_of(self._next_line()))
+        finally:
+            os.close(self.assignments.fd)
+
+    def _next_line(self) -> str:
+        """The next line from the zygote, warming kernels up until it arrives."""
+        AHEAD.warm_up_while(lambda: not self.assignments.has_line())
+        return (self.assignments.next() or "").strip()
+
+
+def _ready_before_the_test(request: ChildRequest, config: pytest.Config) -> None:
+    """What a spare can do before it knows its test: CUDA's set-up (with the test's environment
+    and conftests in effect), the leak guard's baseline (kept where collection changes nothing),
+    and a collection of the set-up's garbage (not gc.freeze(): the conftests' objects must stay
+    collectable, as in a test process not set up ahead)."""
+    if request["init_cuda"]:
+        AHEAD.set_up()
+    session = plugin_session(config)
+    if session is not None and session.take_baseline_early is not None:
+        session.take_baseline_early()
+    gc.collect()
+
+
+def _test_of(line: str) -> tuple[ChildRequest, Path]:
+    """The request of a ``run`` line and its path; the pipe's end: the process is not needed."""
+    request_path = parse_run(line)
+    if request_path is None:
+        os._exit(0)
+    return load_request(request_path), Path(request_path)

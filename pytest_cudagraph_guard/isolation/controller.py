@@ -1,5 +1,6 @@
-"""``@pytest.mark.cudagraph_subprocess``, the parent's side of one test: it runs in a fresh
-process (:mod:`.pool`) and its reports are replayed here as if it had run in place."""
+"""``@pytest.mark.cudagraph_subprocess``, the parent's side of one test, called by the feature's
+plugin (:mod:`.plugin`): it runs in a fresh process (:mod:`.pool`) and its reports are replayed
+here as if it had run in place."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -18,8 +20,8 @@ from ..core.environment import user_torch_env
 from ..core.facts import applied_by_key
 from ..core.journal import journal_reading, read_journal
 from ..core.marker_arguments import SubprocessOptions
-from ..core.markers import SUBPROCESS_MARKER
-from ..core.options import plugin_options
+from ..core.markers import SUBPROCESS_MARKER, plugin_marks
+from ..core.options import PluginOptions
 from ..core.records import (
     USER_PROPERTY,
     ErrorEntry,
@@ -28,6 +30,7 @@ from ..core.records import (
     new_test_record,
     no_activity,
 )
+from ..core.session import PluginSession
 from ..core.settings import cudagraph_switches
 from ..core.warnings import CudagraphGuardWarning, notify
 from . import timeouts
@@ -43,7 +46,6 @@ from .protocol import (
     SerializedReport,
     WarningSent,
 )
-from .terminal import output_is_live
 
 PHASES: Final = ("setup", "call", "teardown")
 DEBUGGER_NOTICE: Final = (
@@ -121,18 +123,17 @@ def run_protocol(
     nextitem: pytest.Item | None,
     options: SubprocessOptions,
     runner: SubprocessRunner,
-    *,
-    reporting: bool,
-    set_up_next: bool,
+    session: PluginSession,
 ) -> None:
     """Runs ``item`` in a test process and logs its reports here, as pytest's own protocol
-    would have. With ``set_up_next``, the process of ``nextitem`` is set up meanwhile."""
+    would have. Where ``nextitem`` is marked too, its process is set up meanwhile."""
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     if item.config.option.usepdb or item.config.option.trace:
         say_once(item, DEBUGGER_NOTICE)
     folder = runner.folder.new_test_folder()
-    following = nextitem if set_up_next else None
-    outcome = runner.run(child_request(item, options, following, folder), folder, options.timeout)
+    live = runner.live_output
+    request = child_request(item, options, nextitem, folder, session=session.options, live=live)
+    outcome = runner.run(request, folder, options.timeout)
     try:
         messages = read_messages(outcome)
         emit_warnings(item.config, item.nodeid, messages.warnings)
@@ -140,23 +141,30 @@ def run_protocol(
             say_once(item, notice)
         logged = _log_child_reports(item, messages)
         if "teardown" not in logged:
-            _log_death(item, outcome, messages, options, logged=logged, reporting=reporting)
+            _log_death(item, outcome, messages, options, logged=logged, reporting=session.recording)
     finally:
-        runner.remove(outcome)
+        runner.folder.release(outcome.folder, outcome.pid, ending=outcome.ending)
     _tear_down_shared_fixtures(item, nextitem)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
 def child_request(
-    item: pytest.Item, options: SubprocessOptions, following: pytest.Item | None, folder: Path
+    item: pytest.Item,
+    options: SubprocessOptions,
+    nextitem: pytest.Item | None,
+    folder: Path,
+    *,
+    session: PluginOptions,
+    live: bool,
 ) -> ChildRequest:
-    """The request for the process that runs ``item``, with its files in ``folder``;
-    ``following``: the next test, where its process is set up meanwhile."""
+    """The request for the process that runs ``item``, with its files in ``folder``; the
+    process of ``nextitem`` is set up meanwhile where it is marked too."""
     params = item.config.invocation_params
-    session = plugin_options(item.config)
+    marked_next = nextitem is not None and plugin_marks(nextitem)[1] is not None
+    following = nextitem if marked_next else None
     return {
         "cwd": str(params.dir),
-        "env": process_environment(item, options),
+        "env": process_environment(options.env),
         "sys_path": list(sys.path),
         "args": [*(str(arg) for arg in params.args), *_coverage_args(item.config)],
         "nodearg": node_argument(item),
@@ -171,7 +179,7 @@ def child_request(
         "spares": session.spares,
         "init_cuda": False,
         "timeout": options.timeout,
-        "live_output": output_is_live(item.config.option.capture),
+        "live_output": live,
     }
 
 
@@ -184,19 +192,12 @@ def _coverage_args(config: pytest.Config) -> list[str]:
     return ["--cov-append", "--cov-report=", "--cov-fail-under=0"]
 
 
-def session_environment(process_env: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """The environment a test process starts from: this process's, less the variable that
-    pytest sets for each test phase (the test process's own session sets it for its test),
-    with ini ``cudagraph_process_env``'s variables set."""
+def process_environment(env: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The environment of a test process: this process's, less the variable that pytest sets
+    for each test phase (the test process's own session sets it for its test), with ``env``
+    set (ini ``cudagraph_process_env``'s variables, then the marker's)."""
     inherited = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
-    return {**inherited, **dict(process_env)}
-
-
-def process_environment(item: pytest.Item, options: SubprocessOptions) -> dict[str, str]:
-    """The environment of the process that runs ``item``: the session's for test processes,
-    with the marker's ``env`` set."""
-    process_env = plugin_options(item.config).process_env
-    return {**session_environment(process_env), **dict(options.env)}
+    return {**inherited, **dict(env)}
 
 
 def node_argument(item: pytest.Item) -> str:
@@ -359,7 +360,7 @@ def _death_record(
         outcome=verdict,
         where=where,
         settings=settings,
-        env=env if env is not None else user_torch_env(process_environment(item, options)),
+        env=env if env is not None else user_torch_env(process_environment(options.env)),
         activity=no_activity(),
         errors=[error],
         uses_plugin=True,  # the marker, or the option that applied it

@@ -1,11 +1,12 @@
-"""The parent session's folder for its test processes: owner-only, one folder per test inside,
-and swept by the next session when the session that made it was killed."""
+"""The parent session's folder for its test processes (:mod:`.pool`'s): owner-only, one folder per
+test inside, and swept by the next session when the session that made it was killed."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -15,11 +16,14 @@ OWNER_FILE: Final = "owner.pid"
 
 
 class SessionFolder:
-    """Made when first needed, removed by :meth:`close`."""
+    """Made when first needed, removed by :meth:`close`. A test's folder inside it (its
+    request, its output, its basetemp) lives as long as the test's process: it goes once the
+    parent has read it and the process has ended."""
 
     def __init__(self) -> None:
         self._path: Path | None = None
         self._count = 0
+        self._ending: dict[int, Path] = {}  # folders read, by the pid of their ending process
 
     @property
     def path(self) -> Path:
@@ -36,7 +40,23 @@ class SessionFolder:
         folder.mkdir(mode=0o700)
         return folder
 
+    def release(self, folder: Path, pid: int, *, ending: bool) -> None:
+        """``folder`` has been read: it goes now, or, where its process ``pid`` is still
+        ``ending``, once it has ended."""
+        if ending:
+            self._ending[pid] = folder
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def ended(self, pids: Iterable[int]) -> None:
+        """Processes ``pids`` have ended: the folders released before go."""
+        for pid in pids:
+            folder = self._ending.pop(pid, None)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
     def close(self) -> None:
+        self._ending.clear()
         if self._path is not None:
             shutil.rmtree(self._path, ignore_errors=True)
             self._path = None

@@ -107,12 +107,6 @@ class TestProcess:
     done: int
 
 
-def fork_test_process(replies: int, request_path: str, run_child: RunChild) -> TestProcess:
-    """Forks the process that runs the test of ``request_path`` through ``run_child``."""
-    folder = Path(request_path).parent
-    return fork_with_output(replies, folder, lambda done: run_child(request_path, done))
-
-
 def fork_with_output(replies: int, folder: Path, run: Callable[[int], None]) -> TestProcess:
     """Forks a test process with its output in ``folder``: it calls ``run`` with its end of the
     pipe that says it is done, then exits."""

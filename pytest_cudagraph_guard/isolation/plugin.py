@@ -44,7 +44,6 @@ class IsolationPlugin:
         self.session = session
         self.options = session.options
         self._runner: SubprocessRunner | None = None
-        self._started = False
 
     @classmethod
     def load(cls, session: PluginSession) -> IsolationPlugin:
@@ -52,9 +51,9 @@ class IsolationPlugin:
         return plugin
 
     def start(self) -> None:
-        if not self._started:
-            self._started = True
-            self.session.config.pluginmanager.register(self, plugin_names.ISOLATION_RUNS)
+        manager = self.session.config.pluginmanager
+        if not manager.is_registered(self):
+            manager.register(self, plugin_names.ISOLATION_RUNS)
 
     @pytest.hookimpl(tryfirst=True)
     @ours(_PROCESSES, honours=subprocess_marker_asked)
@@ -71,16 +70,10 @@ class IsolationPlugin:
             return None  # setup fails the test with the message
         from .controller import run_protocol
 
-        options = timeouts.bounded(item, options)
-        set_up_next = nextitem is not None and plugin_marks(nextitem)[1] is not None
-        run_protocol(
-            item,
-            nextitem,
-            options,
-            self._test_runner(),
-            reporting=self.session.recording,
-            set_up_next=set_up_next,
-        )
+        # The session's variables for test processes, then the marker's over them.
+        env = (*self.options.process_env, *options.env)
+        options = timeouts.bounded(item, options)._replace(env=env)
+        run_protocol(item, nextitem, options, self._test_runner(), self.session)
         return True
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -100,14 +93,14 @@ class IsolationPlugin:
         """Before the session's own end: its test processes end theirs (an interrupted session
         ends them at once)."""
         if self._runner is not None:
-            self._runner.finish(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
+            self._runner.close_zygotes(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
 
     def prestart(self) -> None:
         """Starts the session's first test process ahead, so that its imports overlap those of
         the module being collected."""
-        from .controller import session_environment
+        from .controller import process_environment
 
-        self._test_runner().prestart(session_environment(self.options.process_env))
+        self._test_runner().prestart(process_environment(self.options.process_env))
 
     def _test_runner(self) -> SubprocessRunner:
         if self._runner is None:

@@ -1,8 +1,7 @@
-"""The test processes of ``cudagraph_subprocess``, from the parent: a zygote per set of
-import-time variables, a forked or spawned process per test (``python -m`` this package, see
-:mod:`.__main__`), and how each ended.
-
-Nothing crosses but files in an owner-only folder and two pipes.
+"""The test processes of ``cudagraph_subprocess``, from the parent (its :mod:`.plugin` and
+:mod:`.controller`): a zygote per set of import-time variables, a forked or spawned process per
+test (``python -m`` this package, see :mod:`.__main__`), and how each ended. Nothing crosses but
+files in an owner-only folder (:mod:`.folders`) and two pipes.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +23,7 @@ from .folders import SessionFolder, owner_only
 from .forking import kill_group
 from .preloads import no_modules
 from .protocol import (
+    END,
     REQUEST_NAME,
     STDERR_NAME,
     STDOUT_NAME,
@@ -32,7 +31,6 @@ from .protocol import (
     LineReader,
     ModuleLists,
     Reply,
-    end_line,
     parse_reply,
     run_line,
 )
@@ -61,25 +59,22 @@ class ChildExit:
     timed_out: bool = False
     stacks: str = ""
     duration: float = 0.0
-    # Of a zygote's test process that said it was done and may still be ending: the zygote
-    # says when it has ended, and its folder stays until then.
-    ending_under: Zygote | None = None
+    ending: bool = False  # it said it was done and may still be ending
 
     def stream(self, name: str) -> str:
         path = self.folder / name
-        try:
-            with path.open("rb") as file:
-                file.seek(max(0, path.stat().st_size - SECTION_LIMIT))
-                return file.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return _read_from(path, max(0, _size(path) - SECTION_LIMIT))
 
 
 class Zygote:
-    """A client for one zygote process, for one set of import-time variables."""
+    """A client for one zygote process, for one set of import-time variables, working in the
+    session's folder: it tells the folder which of its test processes that said they were done
+    have ended, as it learns it."""
 
-    def __init__(self, env: dict[str, str], log: Path, cwd: Path, *, live_output: bool) -> None:
-        self.log = log.open("wb")
+    def __init__(self, env: dict[str, str], folder: SessionFolder, *, live_output: bool) -> None:
+        self.folder = folder
+        self.log_path = folder.path / f"zygote-{time.monotonic_ns()}.log"
+        self.log = self.log_path.open("wb")
         with handed_terminal(env, live_output) as (zygote_env, terminal):
             self.process = subprocess.Popen(
                 [sys.executable, "-m", ENTRY_MODULE, "serve"],
@@ -87,14 +82,13 @@ class Zygote:
                 stdout=subprocess.PIPE,
                 stderr=self.log,
                 env=zygote_env,
-                cwd=cwd,
+                cwd=folder.path,
                 start_new_session=True,  # a Ctrl-C in the terminal is the parent's to handle
                 pass_fds=terminal,
             )
-        self.log_path = log
         self.ready: bool | None = None
         self.notices: list[str] = []  # for the user, once each
-        self.ending: dict[int, Path] = {}  # folders of test processes done but maybe not ended
+        self.ending: set[int] = set()  # test processes that said they were done, not yet ended
         self.longest_timeout = 0.0  # of the tests it ran: how long one may take to end
         self._modules_sent: ModuleLists | None = None  # the session's, as last sent
         assert self.process.stdout is not None
@@ -109,17 +103,14 @@ class Zygote:
         self._modules_sent = request["session_modules"]
         return sent
 
-    def wait_ready(self) -> bool:
-        if self.ready is None:
-            reply, _ = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
-            self.ready = reply is not None and reply.kind == "ready"
-        return self.ready
-
     def start(self, request: Path) -> int | str:
         """The test process's pid, or why the zygote would not fork it. The request goes out
         before the zygote is ready, so that it forks the test before it preloads more."""
         sent = self._send(run_line(request))
-        if not self.wait_ready():
+        if self.ready is None:
+            reply, _ = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
+            self.ready = reply is not None and reply.kind == "ready"
+        if not self.ready:
             return f"the zygote did not start ({self.why_not_ready()})"
         # Before it forks, a zygote may still be loading what test processes need.
         if not sent:
@@ -144,16 +135,19 @@ class Zygote:
             if reply is None or reply.kind not in ("exited", "done"):
                 return None
             if reply.pid == pid:
+                if reply.kind == "done":
+                    self.ending.add(pid)
                 return reply
 
     def _reply(self, deadline: float) -> tuple[Reply | None, str | None]:
         """The next reply other than a notice or the end of a test process that said it was
         done, and its line (None at the end of the pipe or the deadline); the notices on the
-        way are kept, and the folders of the processes that ended removed."""
+        way are kept, and the ends said."""
         while (line := self._replies.next(deadline)) is not None:
             reply = parse_reply(line)
             if reply is not None and reply.kind == "exited" and reply.pid in self.ending:
-                shutil.rmtree(self.ending.pop(reply.pid), ignore_errors=True)
+                self.ending.discard(reply.pid)
+                self.folder.ended((reply.pid,))
             elif reply is None or reply.kind != "notice":
                 return reply, line
             else:
@@ -169,7 +163,7 @@ class Zygote:
         """Ends the zygote; with ``wait``, once its test processes that said they were done
         have ended their sessions (each within its test's timeout); else at once."""
         if wait:
-            self._send(end_line())
+            self._send(END)
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
@@ -178,14 +172,12 @@ class Zygote:
                 timeout=ZYGOTE_CLOSE_TIMEOUT_S + (self.longest_timeout if wait else 0.0)
             )
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            kill_group(self.process.pid)
             self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.log.close()
-        for folder in self.ending.values():  # their processes ended with the zygote
-            shutil.rmtree(folder, ignore_errors=True)
+        self.folder.ended(self.ending)  # they ended with the zygote
         self.ending.clear()
 
     def _send(self, line: str) -> bool:
@@ -232,41 +224,34 @@ class SubprocessRunner:
         _write_request(request, request_path)
         return self._spawn(request, request_path, folder, timeout)
 
-    def remove(self, outcome: ChildExit) -> None:
-        """Removes the test's folder once its process has ended (its basetemp is there)."""
-        if outcome.ending_under is not None:
-            outcome.ending_under.ending[outcome.pid] = outcome.folder
-        else:
-            shutil.rmtree(outcome.folder, ignore_errors=True)
-
-    def finish(self, *, wait: bool) -> None:
-        """The session's tests are done: its zygotes end; with ``wait``, once their test
-        processes have ended their sessions, so that this session's own end comes after
-        theirs."""
-        self._close_zygotes(wait=wait)
+    def close_zygotes(self, *, wait: bool) -> None:
+        """Ends the zygotes; with ``wait``, once their test processes have ended their
+        sessions, so that this session's own end (the tests are done) comes after theirs."""
+        for zygote in self._zygotes.values():
+            self._notices.extend(zygote.notices)
+            zygote.close(wait=wait)
+        self._zygotes.clear()
 
     def close(self) -> None:
-        self._close_zygotes(wait=False)
+        self.close_zygotes(wait=False)
         self.folder.close()
 
     # -- processes ---------------------------------------------------------------------------
 
     def _zygote(self, env: dict[str, str]) -> Zygote:
-        key = tuple(sorted((k, v) for k, v in env.items() if self._read_at_import(k)))
+        read_at_import = [
+            k for k in env if k.startswith(IMPORT_TIME_PREFIXES) or k in self.import_time
+        ]
+        key = tuple(sorted((k, env[k]) for k in read_at_import))
         zygote = self._zygotes.get(key)
         if zygote is None:
             if len(self._zygotes) >= MAX_ZYGOTES:
                 oldest = self._zygotes.pop(next(iter(self._zygotes)))
                 self._notices.extend(oldest.notices)
                 oldest.close(wait=True)
-            folder = self.folder.path
-            log = folder / f"zygote-{len(self._zygotes)}-{time.monotonic_ns()}.log"
-            zygote = Zygote(_zygote_env(env), log, folder, live_output=self.live_output)
+            zygote = Zygote(_zygote_env(env), self.folder, live_output=self.live_output)
             self._zygotes[key] = zygote
         return zygote
-
-    def _read_at_import(self, name: str) -> bool:
-        return name.startswith(IMPORT_TIME_PREFIXES) or name in self.import_time
 
     def take_notices(self) -> list[str]:
         """What the user should be told, once each, since the last call."""
@@ -282,13 +267,7 @@ class SubprocessRunner:
             f"cudagraph_subprocess: {reason}; each marked test now starts a fresh interpreter "
             "instead (slower, as fresh)"
         )
-        self._close_zygotes(wait=True)
-
-    def _close_zygotes(self, *, wait: bool) -> None:
-        for zygote in self._zygotes.values():
-            self._notices.extend(zygote.notices)
-            zygote.close(wait=wait)
-        self._zygotes.clear()
+        self.close_zygotes(wait=True)
 
     def _wait_zygote_child(
         self, zygote: Zygote, pid: int, folder: Path, timeout: float
@@ -309,7 +288,7 @@ class SubprocessRunner:
             kill_group(pid)
         else:
             outcome.status = ended.status
-            outcome.ending_under = zygote if ended.kind == "done" else None
+            outcome.ending = ended.kind == "done"
         outcome.duration = time.monotonic() - start
         return outcome
 
@@ -385,9 +364,13 @@ def _stop(pid: int, folder: Path) -> str:
             break
         last = now
     kill_group(pid)
+    return _read_from(stderr, size)
+
+
+def _read_from(path: Path, offset: int) -> str:
     try:
-        with stderr.open("rb") as file:
-            file.seek(size)
+        with path.open("rb") as file:
+            file.seek(offset)
             return file.read().decode(errors="replace")
     except OSError:
         return ""

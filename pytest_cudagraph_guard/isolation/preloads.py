@@ -125,25 +125,22 @@ def note_needed_modules(folder: Path, needed: ModuleLists, cuda: CudaUse) -> Non
 
 
 def needed_modules(folder: Path) -> tuple[ModuleLists, CudaUse | None]:
-    """What the test process of ``folder`` noted; nothing if it noted nothing readable."""
+    """What the test process of ``folder`` noted (:func:`note_needed_modules`); nothing if it
+    noted nothing readable."""
     try:
-        needed = json.loads((folder / NEEDED_MODULES_NAME).read_text())
-    except (OSError, ValueError):
-        needed = None
-    if not isinstance(needed, dict):
+        noted = json.loads((folder / NEEDED_MODULES_NAME).read_text())
+        modules: ModuleLists = {
+            "modules": [str(name) for name in noted["modules"]],
+            "plugins": [str(name) for name in noted["plugins"]],
+            "started": [str(name) for name in noted["started"]],
+        }
+        cuda = noted["cuda"]
+        use: CudaUse = {
+            "initialised": bool(cuda["initialised"]),
+            "free_bytes": int(cuda["free_bytes"]),
+        }
+    except (OSError, ValueError, LookupError, TypeError):
         return no_modules(), None
-    cuda = needed.get("cuda")
-    modules: ModuleLists = {
-        "modules": [str(name) for name in needed.get("modules", [])],
-        "plugins": [str(name) for name in needed.get("plugins", [])],
-        "started": [str(name) for name in needed.get("started", [])],
-    }
-    if not isinstance(cuda, dict):
-        return modules, None
-    use: CudaUse = {
-        "initialised": bool(cuda.get("initialised")),
-        "free_bytes": int(cuda.get("free_bytes") or 0),
-    }
     return modules, use
 
 

@@ -142,10 +142,6 @@ def run_line(request_path: str | Path) -> str:
     return f"{RUN} {request_path}"
 
 
-def end_line() -> str:
-    return END
-
-
 def expect_line(nodearg: str) -> str:
     return f"{EXPECT} {nodearg}"
 

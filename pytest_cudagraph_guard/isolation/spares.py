@@ -1,25 +1,40 @@
-"""Spares: test processes the zygote forks ahead of their tests. While a test runs, spares fork,
-set up their pytest sessions as the test's process did (and, once the session's test processes
-have shown they use CUDA, initialise CUDA), and wait, before their collection, for the request
-of a test. The oldest is told the test the parent runs next, which it collects while it waits;
-it gets only that test."""
+"""Spares: test processes the zygote (:mod:`.zygote`) forks ahead of their tests, and how many
+it keeps. While a test runs, spares fork, set up their pytest sessions as the test's process did
+(and, once the session's test processes have shown they use CUDA, initialise CUDA), and wait,
+before their collection, for the request of a test. The oldest is told the test the parent runs
+next, which it collects while it waits; it gets only that test."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
-from .cuda import CudaUse, spares_wanted
+from .cuda import CudaUse
 from .forking import RunSpare, TestProcess, fork_hazard, fork_with_output, kill_child
 from .protocol import STDERR_NAME, STDOUT_NAME, ChildRequest, expect_line, run_line, send_line
 
 SPARE_CONTEXT = ("cwd", "env", "sys_path", "args", "trees", "switches", "cuda_ahead")
+# What a test process's CUDA context and first allocations take on the GPU, as a bound.
+CONTEXT_BYTES: Final = 2 << 30
+MAX_AUTOMATIC_SPARES: Final = 8
+# The driver's figures on an H200 (torch 2.11, driver 580; ``benchmarks/cuda_process_cost.py``):
+# it creates one context at a time, 134-141 ms each whether 4, 8 or 16 processes ask at once,
+# about 40 ms with one hardware queue per context; a spare's kernels' warm-up, all its steps,
+# takes 335-423 ms of the spare's CPU and none of the driver's.
+CONTEXT_SECONDS: Final = 0.14
+ONE_QUEUE_CONTEXT_SECONDS: Final = 0.04
+WARM_UP_SECONDS: Final = 0.39
+ONE_QUEUE_VARIABLE: Final = "CUDA_DEVICE_MAX_CONNECTIONS"
+XDIST_WORKERS_VARIABLE: Final = "PYTEST_XDIST_WORKER_COUNT"
 
 
 def _spare_context(request: ChildRequest) -> str:
@@ -39,7 +54,7 @@ class _Spare:
 
 
 class Spares:
-    """The spares in flight, as many as :func:`.cuda.spares_wanted` says. A test whose request
+    """The spares in flight, as many as :func:`spares_wanted` says. A test whose request
     has another context gets a process forked for it, and the spares of the old context go;
     after a spare dies unused (its session could not start), tests get no more spares."""
 
@@ -180,3 +195,56 @@ def _discard(spare: _Spare, *, running: bool = True) -> None:
         kill_child(spare.process.pid)
         os.waitpid(spare.process.pid, 0)
     shutil.rmtree(spare.folder, ignore_errors=True)
+
+
+def spares_wanted(setting: int | None, cuda: CudaUse | None, environment: Mapping[str, str]) -> int:
+    """How many spares a zygote keeps: the ini's number; else one, and, once the session's test
+    processes use CUDA, :func:`cuda_spares` for the xdist workers, the cores and the GPU memory
+    of this machine. ``environment``: the test processes' (the session's, the marker's ``env``
+    and the ini's variables)."""
+    if setting is not None:
+        return setting
+    if cuda is None or not cuda["initialised"]:
+        return 1
+    return cuda_spares(
+        workers=_xdist_workers(environment),
+        cores=usable_cores(),
+        free_bytes=cuda["free_bytes"],
+        one_queue=environment.get(ONE_QUEUE_VARIABLE) == "1",
+    )
+
+
+def cuda_spares(*, workers: int, cores: int, free_bytes: int, one_queue: bool) -> int:
+    """Spares per pytest process (one per xdist worker) for test processes that use CUDA.
+
+    The driver creates contexts one at a time for the whole machine, however many processes
+    ask, so at best one CUDA test process starts per context it creates (140 ms on an H200, 40
+    with ``CUDA_DEVICE_MAX_CONNECTIONS=1``). A spare is ready once it has its context and has
+    warmed its kernels up (about 390 ms more, of its own CPU): ``ceil((140 + 390) / 140) = 4``
+    spares in flight keep up with the driver (``ceil((40 + 390) / 40) = 11`` with one queue, of
+    which :data:`MAX_AUTOMATIC_SPARES`); more, counted over every worker, only queue behind each
+    other for the driver (and a spare discarded unused, when the next test's marker differs, has
+    cost it a context for nothing). That budget is shared among the xdist workers, and each
+    keeps at least one, which also takes its session's start off the critical path. On an H200:
+    serial 4 (8 with one queue); ``-n 2`` 2 each (4); ``-n 4`` 1 each (2); ``-n 8`` and more, 1
+    each. Each spare also needs a core (the cores shared among the workers, less one for the
+    test) and a context's room in the GPU's free memory (shared likewise)."""
+    context = ONE_QUEUE_CONTEXT_SECONDS if one_queue else CONTEXT_SECONDS
+    in_flight = min(math.ceil((context + WARM_UP_SECONDS) / context), MAX_AUTOMATIC_SPARES)
+    driver = in_flight // workers
+    spare_cores = cores // workers - 1
+    room = free_bytes // workers // CONTEXT_BYTES if free_bytes else spare_cores
+    return max(1, min(driver, spare_cores, room))
+
+
+def _xdist_workers(environment: Mapping[str, str]) -> int:
+    try:
+        return max(1, int(environment.get(XDIST_WORKERS_VARIABLE) or 1))
+    except ValueError:  # not a number xdist set
+        return 1
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the platform has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1

@@ -1,20 +1,14 @@
-"""The zygote behind ``cudagraph_subprocess``, on its side of the pipe (:mod:`.protocol`).
-
-It imports torch, pytest and the plugin once, never touches CUDA or runs a parallel op, and forks
-one never-reused test process per request. While a test process starts, the zygote loads what
-the request says the parent session has loaded; the test process leaves in its folder what else
-the next one will need (and whether it used CUDA), which the zygote loads before the next fork.
-Where the request says the next test is marked too, the zygote also forks spares
-(:mod:`.spares`), which set up their sessions while the test runs and take the next requests if
-their context matches. A test process says it is done once its test has finished, as its
-session starts to finish: the next test starts then, while it ends its session and exits, until
-its test's timeout at most; it is reaped once the next test has started, or when the zygote
-ends.
+"""The zygote behind ``cudagraph_subprocess``, on its side of the pipe (:mod:`.protocol`): the
+process ``python -m pytest_cudagraph_guard.isolation serve`` that the parent's :mod:`.pool`
+starts. It imports torch, pytest and the plugin once, never touches CUDA or runs a parallel op,
+forks one never-reused test process per request (:meth:`_Server.serve_one`), and learns what to
+load ahead for the next ones (:class:`Learner`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import pickle
@@ -23,7 +17,6 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -31,8 +24,9 @@ from .. import _torch
 from .forking import (
     Exiting,
     RunChild,
+    RunSpare,
     fork_hazard,
-    fork_test_process,
+    fork_with_output,
     kill_child,
     wait_child,
 )
@@ -117,92 +111,105 @@ def serve() -> NoReturn:
     from .child import run_child, run_spare  # after pytest, with the collector off
 
     send_line(replies, ready_line(os.getpid()))
-    requests = LineReader(0)
     if not _torch.settings_can_wait_for_import():
         for name in PRELOAD_FOR_COMPILING:
             preloads.load(name)
-    pipes = _Pipes(requests, replies)
-    children = _Children(Spares(replies, run_spare), Exiting())
-    learner = Learner(preloads)
-    while (line := requests.next()) is not None and line != END:
+    server = _Server(replies, Learner(preloads), run_child, run_spare)
+    while (line := server.requests.next()) is not None and line != END:
         request_path = parse_run(line)
         if request_path is not None:
-            _serve_one(request_path, pipes, learner, children, run_child)
-    _exit(children, wait=line == END)
+            server.serve_one(request_path)
+    server.exit(wait=line == END)
 
 
-@dataclass
-class _Pipes:
-    requests: LineReader  # from the parent
-    replies: int  # the fd to the parent
+class _Server:
+    """The zygote's pipes to the parent, and its test processes: the one running its test, the
+    spares, and those that said they were done and are still ending."""
 
+    def __init__(
+        self, replies: int, learner: Learner, run_child: RunChild, run_spare: RunSpare
+    ) -> None:
+        self.requests = LineReader(0)  # from the parent
+        self.replies = replies  # the fd to the parent
+        self.learner = learner
+        self.run_child = run_child
+        self.spares = Spares(replies, run_spare)
+        self.exiting = Exiting()
+        # Of test processes that said they were done: their test's folder, where each notes
+        # again, as it ends, what its session's end imported.
+        self.folders: dict[int, Path] = {}
 
-def _serve_one(
-    request_path: str, pipes: _Pipes, learner: Learner, children: _Children, run_child: RunChild
-) -> None:
-    """Starts the test's process and waits until it is done. Meanwhile it loads what the parent
-    session has loaded and forks spares for the next tests; after it, it loads what the test
-    process had to import: so the next one finds all that loaded. A test process that is done
-    ends (and is reaped) while the next test runs, once it has started."""
-    spares = children.spares
-    request = _request(request_path)
-    process = spares.assign(request, request_path)
-    if process is None:
-        hazard = fork_hazard()
-        if hazard is not None:
-            send_line(pipes.replies, nofork_line(hazard))
-            return
-        process = fork_test_process(pipes.replies, request_path, run_child)
-    pid = process.pid
-    deadline = time.monotonic() + (request["timeout"] if request is not None else 0.0)
-    send_line(pipes.replies, started_line(pid))
-    if request is not None:
-        learner.cwd = request["cwd"]
-    _reap_exiting(children, pipes.replies, learner)
-    if request is not None:
-        sys.path[:] = child_sys_path(request)  # to import what its test processes would
-        learner.load(request["session_modules"])  # while the test process starts
-        spares.fork(request)
-        spares.expect(request["next_nodearg"])
-    ended = wait_child(process, pipes.requests.fd, children.exiting)
-    if ended is None:  # the parent is gone: so is the test
-        kill_child(pid)
-        os.waitpid(pid, 0)
-        _exit(children, wait=False)
-    exiting, status = ended
-    folder = Path(request_path).parent
-    if exiting:
-        children.exiting.add(pid, deadline)  # its folders stay until it has ended
-        children.folders[pid] = folder
-    else:
-        spares.finished(pid)
-    # Before the parent removes the folder.
-    needed, cuda = needed_modules(folder)
-    send_line(pipes.replies, (done_line if exiting else exited_line)(pid, status))
-    spares.noted(cuda)
-    learner.load(needed, spares)
+    def serve_one(self, request_path: str) -> None:
+        """Starts the test's process and waits until it is done. While it starts, the zygote
+        loads what the request says the parent session has loaded and, where the next test is
+        marked too, forks spares (:mod:`.spares`), which take the next requests if their
+        context matches; after it, it loads what the test process noted in its folder that the
+        next one will need (and whether it used CUDA). A test process says it is done once its
+        test has finished: the next test starts then, while it ends its session, until its
+        test's timeout at most; it is reaped once the next test has started, or when the zygote
+        ends."""
+        request = _request(request_path)
+        process = self.spares.assign(request, request_path)
+        if process is None:
+            hazard = fork_hazard()
+            if hazard is not None:
+                send_line(self.replies, nofork_line(hazard))
+                return
+            folder = Path(request_path).parent
+            run = functools.partial(self.run_child, request_path)
+            process = fork_with_output(self.replies, folder, run)
+        pid = process.pid
+        deadline = time.monotonic() + (request["timeout"] if request is not None else 0.0)
+        send_line(self.replies, started_line(pid))
+        if request is not None:
+            self.learner.cwd = request["cwd"]
+        self._reap_exiting()
+        if request is not None:
+            sys.path[:] = child_sys_path(request)  # to import what its test processes would
+            self.learner.load(request["session_modules"])  # while the test process starts
+            self.spares.fork(request)
+            self.spares.expect(request["next_nodearg"])
+        ended = wait_child(process, self.requests.fd, self.exiting)
+        if ended is None:  # the parent is gone: so is the test
+            kill_child(pid)
+            os.waitpid(pid, 0)
+            self.exit(wait=False)
+        self._finished(pid, Path(request_path).parent, *ended, deadline=deadline)
 
+    def _finished(
+        self, pid: int, folder: Path, exiting: bool, status: int, *, deadline: float
+    ) -> None:
+        """Test process ``pid`` is done: ended, or ``exiting`` until its ``deadline`` at most."""
+        if exiting:
+            self.exiting.add(pid, deadline)  # its folders stay until it has ended
+            self.folders[pid] = folder
+        else:
+            self.spares.finished(pid)
+        needed, cuda = needed_modules(folder)  # before the parent removes the folder
+        send_line(self.replies, (done_line if exiting else exited_line)(pid, status))
+        self.spares.noted(cuda)
+        self.learner.load(needed, self.spares)
 
-@dataclass
-class _Children:
-    spares: Spares
-    exiting: Exiting
-    # Of test processes that said they were done: their test's folder, where each notes again,
-    # as it ends, what its session's end imported.
-    folders: dict[int, Path] = field(default_factory=dict)
+    def _reap_exiting(self) -> None:
+        """Test processes that said they were done and have ended since: the zygote loads what
+        they noted as they ended; the parent may now remove their folders, as the zygote
+        removes their spares' folders."""
+        self.exiting.reap()
+        for pid, status in self.exiting.take_ended():
+            folder = self.folders.pop(pid, None)
+            if folder is not None:
+                self.learner.load(needed_modules(folder)[0], self.spares)
+            self.spares.finished(pid)
+            send_line(self.replies, exited_line(pid, status))
 
-
-def _reap_exiting(children: _Children, replies: int, learner: Learner | None = None) -> None:
-    """Test processes that said they were done and have ended since: the zygote loads what
-    they noted as they ended; the parent may now remove their folders, as the zygote removes
-    their spares' folders."""
-    children.exiting.reap()
-    for pid, status in children.exiting.take_ended():
-        folder = children.folders.pop(pid, None)
-        if learner is not None and folder is not None:
-            learner.load(needed_modules(folder)[0], children.spares)
-        children.spares.finished(pid)
-        send_line(replies, exited_line(pid, status))
+    def exit(self, *, wait: bool) -> NoReturn:
+        """Ends the zygote; with ``wait``, once the test processes still ending have ended (or
+        reached their deadlines)."""
+        self.spares.discard()
+        for pid, _ in self.exiting.end(wait=wait):
+            self.spares.finished(pid)
+        _leave_no_files()
+        os._exit(0)
 
 
 def _request(request_path: str) -> ChildRequest | None:
@@ -212,16 +219,6 @@ def _request(request_path: str) -> ChildRequest | None:
     except (OSError, pickle.UnpicklingError, EOFError):
         return None
     return request if isinstance(request, dict) else None
-
-
-def _exit(children: _Children, *, wait: bool) -> NoReturn:
-    """Ends the zygote; with ``wait``, once the test processes still ending have ended (or
-    reached their deadlines)."""
-    children.spares.discard()
-    for pid, _ in children.exiting.end(wait=wait):
-        children.spares.finished(pid)
-    _leave_no_files()
-    os._exit(0)
 
 
 def _compiling_modules_loaded() -> int:

@@ -1,22 +1,14 @@
 """Spares that set up CUDA ahead of their tests, and how many spares a session keeps. On a
-machine without a GPU, CUDA is a stand-in module (``PYTEST_CUDAGRAPH_GUARD_CUDA_STANDIN``):
-importing it is the initialisation, through the same code path. Real sessions, real processes."""
+machine without a GPU, CUDA is a stand-in module (``fake_cuda``), each process that initialises
+it logging the marker's variable as it saw it. Real sessions, real processes."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph_guard.isolation.cuda import STANDIN_VARIABLE
-
 from ..conftest import QUIET_INI
 from ..procfs import all_gone
-
-# Each process that imports the stand-in logs its pid and the marker's variable as it saw it.
-STANDIN = """
-import os
-with open(os.environ["INITS"], "a") as log:
-    log.write(f"{os.getpid()} {os.environ.get('CGG_DEMO')}\\n")
-"""
+from .conftest import FakeCuda, logged
 
 TESTS = """
 import os
@@ -47,41 +39,26 @@ def test_later(n):
 """
 
 
-@pytest.fixture
-def cuda_tester(ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    site = ourtester.mkdir("site")
-    (site / "fake_cuda.py").write_text(STANDIN)
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv(STANDIN_VARIABLE, "fake_cuda")
-    monkeypatch.setenv("INITS", str(ourtester.path / "inits.log"))
-    monkeypatch.setenv("RAN", str(ourtester.path / "ran.log"))
-    ourtester.makepyfile(TESTS)
-    return ourtester
-
-
-def _run(tester: pytest.Pytester, ini: str) -> tuple[dict[int, str], list[tuple[int, bool]]]:
+def _run(fake_cuda: FakeCuda, ini: str) -> tuple[dict[int, str], list[tuple[int, bool]]]:
     """Runs the six tests; the processes that set up CUDA (pid: the marker's variable they saw),
     and each test's process and whether CUDA was set up when the test started."""
+    tester = fake_cuda("CGG_DEMO")
+    tester.makepyfile(TESTS)
     tester.makeini(f"{QUIET_INI}{ini}\n")
     result = tester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=6)
     result.stdout.no_fnmatch_line("*CudagraphGuardWarning*")
-    lines = (tester.path / "inits.log").read_text().splitlines()
-    inits = {int(pid): demo for pid, demo in map(str.split, lines)}
-    ran = [(int(pid), ahead == "True") for pid, ahead in map(str.split, open_lines(tester))]
+    inits = {int(pid): demo for pid, demo in logged(tester, "inits.log")}
+    ran = [(int(pid), ahead == "True") for pid, ahead in logged(tester, "ran.log")]
     assert all_gone(list(inits) + [pid for pid, _ in ran])
     return inits, ran
 
 
-def open_lines(tester: pytest.Pytester) -> list[str]:
-    return (tester.path / "ran.log").read_text().splitlines()
-
-
 def test_spares_set_up_cuda_once_the_tests_use_it_and_unused_ones_end_with_the_session(
-    cuda_tester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    fake_cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WAIT_FOR_UNUSED", "1")
-    inits, ran = _run(cuda_tester, "cudagraph_spares = 2")
+    inits, ran = _run(fake_cuda, "cudagraph_spares = 2")
     first, second = ran[0], ran[1]
     assert not first[1]
     assert not second[1]  # set up before the zygote knew that the tests use CUDA
@@ -92,8 +69,8 @@ def test_spares_set_up_cuda_once_the_tests_use_it_and_unused_ones_end_with_the_s
     assert unused  # a spare that set up CUDA and got no test: gone with the session (above)
 
 
-def test_cuda_ahead_off_leaves_cuda_to_the_tests(cuda_tester: pytest.Pytester) -> None:
-    inits, ran = _run(cuda_tester, "cudagraph_spares = 2\ncudagraph_cuda_ahead = false")
+def test_cuda_ahead_off_leaves_cuda_to_the_tests(fake_cuda: FakeCuda) -> None:
+    inits, ran = _run(fake_cuda, "cudagraph_spares = 2\ncudagraph_cuda_ahead = false")
     assert list(inits) == [ran[0][0]]  # the test that used it, alone
     assert not any(set_up for _, set_up in ran)
 

@@ -1,24 +1,16 @@
 """ini ``cudagraph_process_env``: variables set in every test process (spares included) before
-it initialises CUDA. On a machine without a GPU, CUDA is a stand-in module
-(``PYTEST_CUDAGRAPH_GUARD_CUDA_STANDIN``): importing it is the initialisation, through the same
-code path as ``torch.cuda.init``. Real sessions, real processes."""
+it initialises CUDA. On a machine without a GPU, CUDA is a stand-in module (``fake_cuda``), each
+process that initialises it logging the two variables as it saw them then. Real sessions, real
+processes."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph_guard.isolation.cuda import STANDIN_VARIABLE
-
 from ..conftest import QUIET_INI
 from ..helpers import read_report
 from ..procfs import all_gone
-
-# Each process that initialises "CUDA" logs its pid and the two variables as it saw them then.
-STANDIN = """
-import os
-with open(os.environ["INITS"], "a") as log:
-    log.write(f"{os.getpid()} {os.environ.get('CGG_CONNECTIONS')} {os.environ.get('CGG_OWN')}\\n")
-"""
+from .conftest import FakeCuda, logged
 
 TESTS = """
 import os
@@ -56,20 +48,11 @@ PROCESS_ENV = "cudagraph_process_env =\n    CGG_CONNECTIONS=1\n"
 
 
 @pytest.fixture
-def env_tester(ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    site = ourtester.mkdir("site")
-    (site / "fake_cuda.py").write_text(STANDIN)
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv(STANDIN_VARIABLE, "fake_cuda")
-    monkeypatch.setenv("INITS", str(ourtester.path / "inits.log"))
-    monkeypatch.setenv("RAN", str(ourtester.path / "ran.log"))
+def env_tester(fake_cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.delenv("CGG_CONNECTIONS", raising=False)
-    ourtester.makepyfile(TESTS)
-    return ourtester
-
-
-def _lines(tester: pytest.Pytester, name: str) -> list[list[str]]:
-    return [line.split() for line in (tester.path / name).read_text().splitlines()]
+    tester = fake_cuda("CGG_CONNECTIONS", "CGG_OWN")
+    tester.makepyfile(TESTS)
+    return tester
 
 
 def test_every_test_process_has_the_variables_before_it_initialises_cuda(
@@ -83,9 +66,9 @@ def test_every_test_process_has_the_variables_before_it_initialises_cuda(
     result.stdout.no_fnmatch_line("*CudagraphGuardWarning*")
     ran = {
         int(pid): (ahead == "True", seen, own)
-        for pid, ahead, seen, own in _lines(env_tester, "ran.log")
+        for pid, ahead, seen, own in logged(env_tester, "ran.log")
     }
-    inits = {int(pid): (seen, own) for pid, seen, own in _lines(env_tester, "inits.log")}
+    inits = {int(pid): (seen, own) for pid, seen, own in logged(env_tester, "inits.log")}
     assert all_gone(list(ran) + list(inits))
     by_test = list(ran.values())
     assert [seen for _, seen, _ in by_test[:5]] == ["1"] * 5

@@ -1,16 +1,15 @@
 """How many spares a zygote keeps for CUDA tests: the driver creates contexts one at a time for
 the whole machine, so the xdist workers share one budget of spares. On a machine without a GPU,
-CUDA is a stand-in module (``PYTEST_CUDAGRAPH_GUARD_CUDA_STANDIN``): importing it is the
-initialisation, through the same code path. Real sessions, real processes."""
+CUDA is a stand-in module (``fake_cuda``), each process that initialises it logging the queues
+variable it saw. Real sessions, real processes."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph_guard.isolation.cuda import (
+from pytest_cudagraph_guard.isolation.cuda import CudaUse
+from pytest_cudagraph_guard.isolation.spares import (
     MAX_AUTOMATIC_SPARES,
-    STANDIN_VARIABLE,
-    CudaUse,
     cuda_spares,
     spares_wanted,
     usable_cores,
@@ -18,6 +17,7 @@ from pytest_cudagraph_guard.isolation.cuda import (
 
 from ..conftest import QUIET_INI
 from ..procfs import all_gone
+from .conftest import FakeCuda, logged
 
 H200_CORES = 16
 H200_FREE_BYTES = 140 << 30
@@ -93,13 +93,6 @@ def test_the_ini_and_a_session_without_cuda_decide_before_the_driver() -> None:
     assert spares_wanted(None, {"initialised": False, "free_bytes": 0}, {}) == 1
 
 
-# Each process that imports the stand-in logs its pid and the queues variable it saw.
-STANDIN = """
-import os
-with open(os.environ["INITS"], "a") as log:
-    log.write(f"{os.getpid()} {os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')}\\n")
-"""
-
 TESTS = """
 import os
 import time
@@ -138,16 +131,12 @@ def test_3():
     ids=["16-workers", "serial-one-queue"],
 )
 def test_a_session_keeps_the_spares_its_workers_share(
-    ourtester: pytest.Pytester,
+    fake_cuda: FakeCuda,
     monkeypatch: pytest.MonkeyPatch,
     workers: str | None,
     marker_env: dict[str, str],
 ) -> None:
-    site = ourtester.mkdir("site")
-    (site / "fake_cuda.py").write_text(STANDIN)
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv(STANDIN_VARIABLE, "fake_cuda")
-    monkeypatch.setenv("INITS", str(ourtester.path / "inits.log"))
+    ourtester = fake_cuda("CUDA_DEVICE_MAX_CONNECTIONS")
     if workers is None:
         monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     else:
@@ -164,7 +153,4 @@ def test_a_session_keeps_the_spares_its_workers_share(
     result = ourtester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=3)
     result.stdout.no_fnmatch_line("*CudagraphGuardWarning*")
-    pids = [
-        int(line.split()[0]) for line in (ourtester.path / "inits.log").read_text().splitlines()
-    ]
-    assert all_gone(pids)
+    assert all_gone([int(pid) for pid, _ in logged(ourtester, "inits.log")])

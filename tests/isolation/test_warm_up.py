@@ -1,33 +1,13 @@
 """A spare's kernels' warm-up: run a step at a time while the spare waits for its test, stopped by
 the test's arrival and by a step that fails, never reaching the test. On a machine without a GPU,
-CUDA is a stand-in module (``PYTEST_CUDAGRAPH_GUARD_CUDA_STANDIN``) whose ``WARM_UP_STEPS`` stand
-in for the kernels: the spare runs them through the same code path. Real sessions and processes."""
+CUDA is a stand-in module (``fake_cuda``) whose warm-up steps stand in for the kernels: the spare
+runs them through the same code path. Real sessions and processes."""
 
 from __future__ import annotations
 
-import pytest
-
-from pytest_cudagraph_guard.isolation.cuda import STANDIN_VARIABLE
-
 from ..conftest import QUIET_INI
 from ..procfs import all_gone
-
-# Each step logs its process and name as it starts, then takes its time.
-STANDIN = """
-import os
-import time
-
-def _step(name, seconds=0.0, fails=False):
-    def run():
-        with open(os.environ["STEPS"], "a") as log:
-            log.write(f"{{os.getpid()}} {{name}}\\n")
-        time.sleep(seconds)
-        if fails:
-            raise RuntimeError("no such kernel")
-    return (name, run)
-
-WARM_UP_STEPS = [{steps}]
-"""
+from .conftest import FakeCuda, logged
 
 TESTS = """
 import os
@@ -52,50 +32,39 @@ def test_2_waits_for_a_spare_to_log(name={wait_for!r}):
     assert any(step == name for _, step in logged())
 
 def test_3_reads_its_warm_up():
-    with open(os.environ["WARMED"], "w") as out:
-        out.write(f"{{os.getpid()}} {{' '.join(cuda.warmed_up)}}")
+    with open("warmed", "w") as out:
+        out.write(f"{{os.getpid()}} {{' '.join(cuda.AHEAD.warmed_up)}}")
 """
 
 
-def _run(tester: pytest.Pytester, steps: str, wait_for: str) -> tuple[list[str], list[str]]:
+def _run(fake_cuda: FakeCuda, steps: str, wait_for: str) -> tuple[list[str], list[str]]:
     """The third test's warm-up as its process ran it, and the steps that process started."""
-    site = tester.mkdir("site")
-    (site / "fake_cuda.py").write_text(STANDIN.format(steps=steps))
+    tester = fake_cuda(steps=steps)
     tester.makeini(f"{QUIET_INI}cudagraph_spares = 1\n")
     tester.makepyfile(TESTS.format(wait_for=wait_for))
     result = tester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=3)
     result.stdout.no_fnmatch_line("*CudagraphGuardWarning*")
     pid, *warmed = (tester.path / "warmed").read_text().split()
-    lines = [line.split() for line in (tester.path / "steps.log").read_text().splitlines()]
+    lines = logged(tester, "steps.log")
     assert all_gone([int(p) for p, _ in lines])
     return warmed, [step for p, step in lines if p == pid]
 
 
-@pytest.fixture
-def warm_tester(ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    monkeypatch.syspath_prepend(str(ourtester.path / "site"))
-    monkeypatch.setenv(STANDIN_VARIABLE, "fake_cuda")
-    monkeypatch.setenv("STEPS", str(ourtester.path / "steps.log"))
-    monkeypatch.setenv("WARMED", str(ourtester.path / "warmed"))
-    monkeypatch.setenv("RAN", str(ourtester.path / "ran"))
-    return ourtester
-
-
 def test_a_spare_warms_up_in_order_while_it_waits_and_a_failing_step_ends_it(
-    warm_tester: pytest.Pytester,
+    fake_cuda: FakeCuda,
 ) -> None:
     steps = '_step("one"), _step("two"), _step("boom", fails=True), _step("never")'
-    warmed, started = _run(warm_tester, steps, wait_for="boom")
+    warmed, started = _run(fake_cuda, steps, wait_for="boom")
     assert warmed == ["one", "two"]
     assert started == ["one", "two", "boom"]
 
 
 def test_the_tests_arrival_stops_the_warm_up_after_the_step_it_is_in(
-    warm_tester: pytest.Pytester,
+    fake_cuda: FakeCuda,
 ) -> None:
     steps = ", ".join(f'_step("s{n}", seconds=0.2)' for n in range(100))  # 20 s in all
-    warmed, started = _run(warm_tester, steps, wait_for="s0")
+    warmed, started = _run(fake_cuda, steps, wait_for="s0")
     assert warmed
     assert warmed == [f"s{n}" for n in range(len(warmed))]
     assert started == warmed
@@ -144,7 +113,7 @@ def test_2_waits():
     wait_for_a_spares_matmul()
 
 def test_3_sets_it_in_its_body(monkeypatch):
-    assert cuda.warmed_up == ["elementwise", "float32 matmul"]
+    assert cuda.AHEAD.warmed_up == ["elementwise", "float32 matmul"]
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     wait_for_a_spares_matmul()
 
@@ -157,20 +126,18 @@ def test_4_waits():  # a process of its own: its marker's env is not test_3's
 
 @SET_AHEAD
 def test_5_has_it_from_the_start():
-    assert cuda.warmed_up == ["elementwise", "float32 matmul"]
+    assert cuda.AHEAD.warmed_up == ["elementwise", "float32 matmul"]
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
 """
 
 
 def test_a_test_that_sets_what_cublas_read_in_the_warm_up_is_warned_naming_it(
-    warm_tester: pytest.Pytester,
+    fake_cuda: FakeCuda,
 ) -> None:
-    site = warm_tester.mkdir("site")
-    steps = '_step("elementwise"), _step("float32 matmul")'
-    (site / "fake_cuda.py").write_text(STANDIN.format(steps=steps))
-    warm_tester.makeini(f"{QUIET_INI}cudagraph_spares = 1\n")
-    warm_tester.makepyfile(CUBLAS_TESTS)
-    result = warm_tester.runpytest("-p", "no:cacheprovider", "-W", ERROR_ON_OURS)
+    tester = fake_cuda(steps='_step("elementwise"), _step("float32 matmul")')
+    tester.makeini(f"{QUIET_INI}cudagraph_spares = 1\n")
+    tester.makepyfile(CUBLAS_TESTS)
+    result = tester.runpytest("-p", "no:cacheprovider", "-W", ERROR_ON_OURS)
     result.assert_outcomes(passed=5)
     result.stdout.fnmatch_lines(
         [

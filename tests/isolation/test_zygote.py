@@ -13,6 +13,7 @@ import pytest
 from pytest_cudagraph_guard._torch import settings_can_wait_for_import
 
 from ..procfs import all_gone, session_in_background, wait_for
+from .conftest import FORKED_BY_A_ZYGOTE
 
 
 def _site_whose_zygote_cannot_fork(ourtester: pytest.Pytester) -> Path:
@@ -44,13 +45,13 @@ def test_a_thread_pool_that_stops_before_fork_does_not_cost_the_zygote(
     )
     ourtester.makepyfile(
         f"""
-        import os
-        import pytest
-
-        @pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
-        def test_forked():
-            assert os.getppid() != {os.getpid()}
-        """
+import os
+import pytest
+{FORKED_BY_A_ZYGOTE}
+@pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
+def test_forked():
+    assert forked_by_a_zygote()
+"""
     )
     result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
     result.assert_outcomes(passed=1)
@@ -66,28 +67,28 @@ def test_a_test_process_imports_what_its_test_needs_and_the_zygote_learns_it(
     lazy = settings_can_wait_for_import()
     ourtester.makepyfile(
         f"""
-        import os
-        import sys
-        import pytest
+import os
+import sys
+import pytest
+{FORKED_BY_A_ZYGOTE}
+@pytest.mark.cudagraph_subprocess
+def test_1_never_compiles():
+    assert forked_by_a_zygote()
+    assert ("torch._inductor.config" in sys.modules) is {not lazy}
 
-        @pytest.mark.cudagraph_subprocess
-        def test_1_never_compiles():
-            assert os.getppid() != {os.getpid()}
-            assert ("torch._inductor.config" in sys.modules) is {not lazy}
+@pytest.mark.cudagraph_subprocess
+def test_2_reads_the_config(inductor_config):
+    assert inductor_config["triton.cudagraphs"] is True
+    assert inductor_config["triton.cudagraph_trees"] is True
+    inductor_config["triton.cudagraph_trees"] = False
 
-        @pytest.mark.cudagraph_subprocess
-        def test_2_reads_the_config(inductor_config):
-            assert inductor_config["triton.cudagraphs"] is True
-            assert inductor_config["triton.cudagraph_trees"] is True
-            inductor_config["triton.cudagraph_trees"] = False
-
-        @pytest.mark.cudagraph_subprocess  # not in the process set up during test_2 without them
-        def test_3_after_it():
-            assert "torch._dynamo" in sys.modules
-            import torch._inductor.config as inductor
-            assert inductor.triton.cudagraphs is True
-            assert inductor.triton.cudagraph_trees is True
-        """
+@pytest.mark.cudagraph_subprocess  # not in the process set up during test_2 without them
+def test_3_after_it():
+    assert "torch._dynamo" in sys.modules
+    import torch._inductor.config as inductor
+    assert inductor.triton.cudagraphs is True
+    assert inductor.triton.cudagraph_trees is True
+"""
     )
     result = ourtester.runpytest(
         "--cudagraph-guard=fail", "-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning"
@@ -157,6 +158,15 @@ def _installed_plugins(ourtester: pytest.Pytester, log: Path) -> Path:
     return site
 
 
+def _imported_by(log: Path) -> str:
+    """For an inner test module: ``imported_by(module)``, the processes that imported it."""
+    return f"""
+def imported_by(name):
+    lines = open({str(log)!r}).read().split()
+    return [int(pid) for module, pid in zip(lines[::2], lines[1::2]) if module == name]
+"""
+
+
 def test_the_zygote_loads_the_plugins_test_processes_load_if_forks_stay_sound(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -164,31 +174,27 @@ def test_the_zygote_loads_the_plugins_test_processes_load_if_forks_stay_sound(
     site = _installed_plugins(ourtester, log)
     ourtester.makepyfile(
         f"""
-        import os
-        import pytest
+import os
+import pytest
+{FORKED_BY_A_ZYGOTE}{_imported_by(log)}
+marked = pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
 
-        def imported_by(name):
-            lines = open({str(log)!r}).read().split()
-            return [int(pid) for module, pid in zip(lines[::2], lines[1::2]) if module == name]
+@marked
+def test_1():
+    assert os.getpid() in imported_by("quiet_plugin")
 
-        marked = pytest.mark.cudagraph_subprocess(env={{"PYTHONPATH": {str(site)!r}}})
+@marked
+def test_2():
+    assert forked_by_a_zygote()
+    zygote = os.getppid()
+    assert zygote in imported_by("quiet_plugin")  # learned from test_1
+    assert zygote not in imported_by("busy_plugin")  # refused: it starts a thread
 
-        @marked
-        def test_1():
-            assert os.getpid() in imported_by("quiet_plugin")
-
-        @marked
-        def test_2():
-            zygote = os.getppid()
-            assert zygote != {os.getpid()}
-            assert zygote in imported_by("quiet_plugin")  # learned from test_1
-            assert zygote not in imported_by("busy_plugin")  # refused: it starts a thread
-
-        @marked  # in a process forked once the zygote had learned
-        def test_3():
-            assert os.getpid() not in imported_by("quiet_plugin")
-            assert os.getpid() in imported_by("busy_plugin")
-        """
+@marked  # in a process forked once the zygote had learned
+def test_3():
+    assert os.getpid() not in imported_by("quiet_plugin")
+    assert os.getpid() in imported_by("busy_plugin")
+"""
     )
     result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
     result.assert_outcomes(passed=3)
@@ -207,27 +213,23 @@ def test_the_zygote_loads_the_sessions_plugins_while_the_first_test_process_runs
     monkeypatch.syspath_prepend(str(site))
     ourtester.makepyfile(
         f"""
-        import os
-        import time
-        import pytest
+import os
+import time
+import pytest
+{_imported_by(log)}
+@pytest.mark.cudagraph_subprocess
+def test_1():
+    assert os.getpid() in imported_by("quiet_plugin")  # forked before the zygote had it
+    deadline = time.monotonic() + 20
+    while os.getppid() not in imported_by("quiet_plugin"):  # the zygote, meanwhile
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 
-        def imported_by(name):
-            lines = open({str(log)!r}).read().split()
-            return [int(pid) for module, pid in zip(lines[::2], lines[1::2]) if module == name]
-
-        @pytest.mark.cudagraph_subprocess
-        def test_1():
-            assert os.getpid() in imported_by("quiet_plugin")  # forked before the zygote had it
-            deadline = time.monotonic() + 20
-            while os.getppid() not in imported_by("quiet_plugin"):  # the zygote, meanwhile
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-
-        @pytest.mark.cudagraph_subprocess
-        def test_2():
-            assert os.getppid() in imported_by("quiet_plugin")
-            assert os.getpid() not in imported_by("quiet_plugin")  # found it loaded
-        """
+@pytest.mark.cudagraph_subprocess
+def test_2():
+    assert os.getppid() in imported_by("quiet_plugin")
+    assert os.getpid() not in imported_by("quiet_plugin")  # found it loaded
+"""
     )
     result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
     result.assert_outcomes(passed=2)
@@ -270,19 +272,18 @@ def test_a_zygotes_test_processes_hold_no_parent_only_module_and_no_second_copy(
     first test process loaded: the parent's runner, had it let it through, would be there."""
     ourtester.makepyfile(
         LOADS_ONLY_WHAT_IT_NEEDS
+        + FORKED_BY_A_ZYGOTE
         + """
 import pytest
 
 @pytest.mark.cudagraph_subprocess
 @pytest.mark.parametrize("n", range(3))
 def test_forked(n):
-    assert os.getppid() != int(os.environ["SESSION_PID"])  # a fork of the zygote
+    assert forked_by_a_zygote()
     check_modules()
 """
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SESSION_PID", str(os.getpid()))
-        result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
+    result = ourtester.runpytest("-W", "error::pytest_cudagraph_guard.CudagraphGuardWarning")
     result.assert_outcomes(passed=3)
 
 
