@@ -16,7 +16,7 @@ import pytest
 from ..core.crash import ProcessEnd, crash_error, crash_text, death_summary
 from ..core.environment import user_torch_env
 from ..core.facts import applied_by_key
-from ..core.journal import journal_reading, read_journal
+from ..core.journal import read_journal
 from ..core.marker_arguments import SubprocessOptions
 from ..core.markers import SUBPROCESS_MARKER
 from ..core.options import plugin_options
@@ -295,7 +295,6 @@ def _log_death(
 
 def _process_end(item: pytest.Item, outcome: ChildExit, options: SubprocessOptions) -> ProcessEnd:
     """How the test's process ended, as :mod:`..core.crash` words it."""
-    journal = read_journal(outcome.folder / JOURNAL_NAME)
     stderr = outcome.stream(STDERR_NAME)
     by_pytest_timeout = None
     code = os.waitstatus_to_exitcode(outcome.status) if outcome.status is not None else None
@@ -309,7 +308,7 @@ def _process_end(item: pytest.Item, outcome: ChildExit, options: SubprocessOptio
         timeout=options.timeout,
         stacks_at_stop=outcome.stacks,
         lost="test process was lost (its zygote died)",
-        journal=journal_reading(journal, item.nodeid),
+        journal=read_journal(outcome.folder / JOURNAL_NAME, item.nodeid),
         ended_by_pytest_timeout=by_pytest_timeout,
     )
 

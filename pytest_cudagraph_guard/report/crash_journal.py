@@ -20,7 +20,7 @@ from ..core.journal import (
     RECORDED,
     RECORDING,
     REPLAYED,
-    Activity,
+    Action,
     JournalWriter,
 )
 from ..core.ours import ours
@@ -71,9 +71,9 @@ class CrashJournal:
 
     def _on_event(self, event: _torch.TorchEvent) -> None:
         writer = self._writer
-        activity = journal_activity(event)
-        if writer is not None and activity is not None:
-            _torch.run_ours(_JOURNAL_LOSS, writer.note, activity)
+        action = journal_action(event)
+        if writer is not None and action is not None:
+            _torch.run_ours(_JOURNAL_LOSS, writer.note, action)
 
     def close_file(self) -> None:
         if self._writer is not None:
@@ -87,14 +87,14 @@ class CrashJournal:
         self.close_file()
 
 
-def journal_activity(event: _torch.TorchEvent) -> Activity | None:
+def journal_action(event: _torch.TorchEvent) -> Action | None:
     """The journal's reading of one of torch's events; None for an event that is no change of
     activity."""
     doing = _DOING.get(type(event))
     if doing is None:
         return None
     backend = getattr(event, "backend", None) or None
-    return Activity(doing, event.thread, getattr(event, "function", None), backend)
+    return Action(doing, event.thread, getattr(event, "function", None), backend)
 
 
 class WorkerFaults:

@@ -27,7 +27,7 @@ from ..core.crash import (
     wait_status,
 )
 from ..core.environment import user_torch_env
-from ..core.journal import journal_reading, read_journal
+from ..core.journal import read_journal
 from ..core.ours import ours
 from ..core.records import USER_PROPERTY, TestRecord, new_test_record, no_activity
 from .crash_journal import WORKER_FAULTS, WORKER_JOURNAL
@@ -70,7 +70,7 @@ class WorkerCrashes:
             _wait_status(node),
             stderr=_read(workerinput[WORKER_FAULTS]),
             lost=LOST,
-            journal=journal_reading(read_journal(workerinput[WORKER_JOURNAL]), crashitem),
+            journal=read_journal(workerinput[WORKER_JOURNAL], crashitem),
         )
         summary = death_summary(end, crashitem, ran=True)
         full_trace = bool(getattr(self.config.option, "fulltrace", False))
