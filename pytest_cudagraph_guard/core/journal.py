@@ -1,5 +1,5 @@
 """A test process's journal of CUDA-graph activity: a small file that survives the process, so
-that :mod:`.crash` can say what the process was doing when it died. Written where the test runs
+that :mod:`.death` can say what the process was doing when it died. Written where the test runs
 (``report.crash_journal``), read by the process that saw it die (the parent of a
 ``cudagraph_subprocess`` test, or xdist's controller).
 

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from pytest_cudagraph_guard import _torch
-from pytest_cudagraph_guard.core.crash import ProcessEnd, crash_error, crash_text, end_summary
+from pytest_cudagraph_guard.core.death import ProcessEnd, crash_error, crash_text, summary
 from pytest_cudagraph_guard.core.journal import REPLAYED, Action, JournalWriter, read_journal
 from pytest_cudagraph_guard.report.crash_journal import journal_action
 
@@ -114,11 +114,10 @@ Current thread 0x00007f0000000001 (most recent call first):
 def test_the_signal_is_read_from_the_fault_handler_where_no_status_is_known() -> None:
     end = ProcessEnd(None, stderr=FAULT)
     assert end.signal_number() == signal.SIGABRT
-    summary = end_summary(end)
-    assert summary == "test process died with SIGABRT (signal 6)"
-    text = crash_text(end, prefix="worker 'gw0' crashed", summary=summary)
+    assert summary(end) == "test process died with SIGABRT (signal 6)"
+    text = crash_text(end, prefix="worker 'gw0' crashed")
     error = crash_error(end, text, "xdist worker gw0")
     assert error["type"] == "SIGABRT"
     assert error["thread"] == "xdist worker gw0"  # no journal names the crashing thread
     assert "line 3 in step" in error["traceback"]
-    assert end_summary(ProcessEnd(None, lost="test process was lost")) == "test process was lost"
+    assert summary(ProcessEnd(None, lost="test process was lost")) == "test process was lost"
