@@ -241,11 +241,7 @@ def _log_death(
     process knows of the test for its record (the settings the marker set, the environment it
     gave the process)."""
     stderr = outcome.stream(STDERR_NAME)
-    by_pytest_timeout = None
     code = os.waitstatus_to_exitcode(outcome.status) if outcome.status is not None else None
-    seconds = timeouts.ended_by_thread_method(item, code, stderr)
-    if seconds is not None:
-        by_pytest_timeout = (timeouts.message(seconds), timeouts.dump_of(stderr))
     end = ProcessEnd(
         outcome.status,
         stderr=stderr,
@@ -256,7 +252,7 @@ def _log_death(
         stacks_at_stop=outcome.stacks,
         lost="test process was lost (its zygote died)",
         journal=read_journal(outcome.folder / JOURNAL_NAME, item.nodeid),
-        ended_by_pytest_timeout=by_pytest_timeout,
+        ended_by_pytest_timeout=timeouts.ended_by_thread_method(item, code, stderr),
     )
     switched = cudagraph_switches(options.trees) if options.switches else {}
     log_process_death(
