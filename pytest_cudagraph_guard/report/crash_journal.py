@@ -47,7 +47,6 @@ _DOING: Final[dict[type, str]] = {
 _JOURNAL_LOSS: Final = _torch.Loss(
     "--cudagraph-report", "the last CUDA-graph activity of a test whose process dies"
 )
-
 _FAULTS_LOSS: Final = _torch.Loss(
     "--cudagraph-report", "the signal of a dead xdist worker, and pytest's fault handler given back"
 )
