@@ -120,7 +120,7 @@ def _start_report(session: PluginSession) -> None:
     report = ReportPlugin(session)
     report.start()
     config.pluginmanager.register(report, plugin_names.REPORT)
-    start_crash_journal(config)
+    start_crash_journal(config, xdist_controller=session.xdist_controller)
     if session.xdist_worker or session.xdist_controller:
         from .report.wire import RecordWire
 
@@ -129,10 +129,6 @@ def _start_report(session: PluginSession) -> None:
         from .report.junit import JUnitProperties
 
         config.pluginmanager.register(JUnitProperties())
-    if session.xdist_controller:
-        from .report.worker_crash import WorkerCrashes
-
-        config.pluginmanager.register(WorkerCrashes(config))
     if options.report and session.gathers_reports:
         from .report.writer import ReportWriter
 

@@ -1,6 +1,7 @@
 """A test process's journal of CUDA-graph activity: a small file that survives the process, so
-that whoever reads it after a crash (xdist's controller, the parent of a ``cudagraph_subprocess``
-test) can say what the process was doing when it died.
+that :mod:`.death` can say what the process was doing when it died. Written where the test runs
+(``report.crash_journal``), read by the process that saw it die (the parent of a
+``cudagraph_subprocess`` test, or xdist's controller).
 
 One line when a test starts, then one line each time the activity changes (a compile starts, a
 compile ends, a recording starts, a recording ends, a function's graph is replayed in a thread),
@@ -16,7 +17,6 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypedDict
@@ -31,17 +31,18 @@ COUNT_WIDTH: Final = 12
 
 
 @dataclass(frozen=True)
-class Activity:
-    """What torch was doing with CUDA graphs, in which thread."""
+class Action:
+    """What torch was doing with CUDA graphs, in which thread: one line of the journal, which
+    also holds the thread's ident (for the stacks) and, for a replay, its count."""
 
     doing: str  # COMPILING, COMPILED, RECORDING, RECORDED or REPLAYED
     thread: str
     function: str | None = None  # the compiled function, where torch's event names it
     backend: str | None = None  # of a compile
-    count: int | None = None  # of a replay: the how-manieth of this function in this thread
+    count: int | None = None  # of a replay read back: the how-manieth of its function in its thread
 
     def phrase(self) -> str:
-        """When a process ended, as against this activity: e.g. ``after replay 4 of `step` in
+        """When a process ended, as against this action: e.g. ``after replay 4 of `step` in
         thread `drafter-1```, ``while compiling `step` (backend inductor) in thread
         `MainThread```."""
         what = f"`{self.function}`" if self.function else None
@@ -67,17 +68,6 @@ class _StartLine(TypedDict, total=False):
     env: dict[str, str]
 
 
-class _ActivityLine(TypedDict):
-    """An activity; a replay's line ends with its ``count``, which the next replays of the same
-    graph in the same thread rewrite in place."""
-
-    doing: str
-    thread: str
-    ident: int
-    function: str | None
-    backend: str | None
-
-
 class JournalWriter:
     """Writes one process's journal; opened at the first line. Lines are written at the end
     the writer keeps (one writer per process), under a lock: threads may note at once."""
@@ -87,7 +77,7 @@ class JournalWriter:
         self._fd: int | None = None
         self._end = 0
         self._lock = threading.Lock()
-        self._last: Activity | None = None
+        self._last: Action | None = None
         self._env: dict[str, str] | None = None
         self._replays: dict[tuple[str, str | None], int] = {}
         self._count_at: int | None = None  # where the last line's replay count is, if it has one
@@ -103,33 +93,35 @@ class JournalWriter:
                 self._env = line["env"] = env
             self._write(line)
 
-    def note(self, activity: Activity) -> None:
-        """Writes ``activity`` where it differs from the last one written; a replay of the graph
+    def note(self, action: Action) -> None:
+        """Writes ``action`` where it differs from the last one written; a replay of the graph
         the last line names rewrites that line's count."""
         with self._lock:
-            if activity.doing == REPLAYED:
-                self._replayed(activity)
-            elif activity != self._last:
-                self._last = activity
-                self._write(self._line(activity))
+            if action.doing == REPLAYED:
+                self._replayed(action)
+            elif action != self._last:
+                self._last = action
+                self._write(self._line(action))
 
-    def _replayed(self, activity: Activity) -> None:
-        key = (activity.thread, activity.function)
+    def _replayed(self, action: Action) -> None:
+        key = (action.thread, action.function)
         count = self._replays[key] = self._replays.get(key, 0) + 1
-        if activity == self._last and self._count_at is not None and self._fd is not None:
+        if action == self._last and self._count_at is not None and self._fd is not None:
             os.pwrite(self._fd, str(count).rjust(COUNT_WIDTH).encode(), self._count_at)
             return
-        self._last = activity
-        self._write(self._line(activity), count)
+        self._last = action
+        self._write(self._line(action), count)
 
     @staticmethod
-    def _line(activity: Activity) -> _ActivityLine:
+    def _line(action: Action) -> dict[str, object]:
+        """A replay's line ends with its ``count``, which the next replays of the same graph in
+        the same thread rewrite in place."""
         return {
-            "doing": activity.doing,
-            "thread": activity.thread,
+            "doing": action.doing,
+            "thread": action.thread,
             "ident": threading.get_ident(),
-            "function": activity.function,
-            "backend": activity.backend,
+            "function": action.function,
+            "backend": action.backend,
         }
 
     def close(self) -> None:
@@ -138,7 +130,7 @@ class JournalWriter:
                 os.close(self._fd)
             self._fd = None
 
-    def _write(self, line: _StartLine | _ActivityLine, count: int | None = None) -> None:
+    def _write(self, line: _StartLine | dict[str, object], count: int | None = None) -> None:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
             self._end = os.fstat(self._fd).st_size
@@ -155,10 +147,10 @@ class JournalWriter:
 
 @dataclass(frozen=True)
 class JournalReading:
-    """What a journal says of one test: its last CUDA-graph activity, and the names of the
-    threads it saw (by ident, as the fault handler prints them)."""
+    """What a journal says of one test: its last CUDA-graph action, and the names of the threads
+    it saw (by ident, as the fault handler prints them)."""
 
-    last: Activity | None
+    last: Action | None
     thread_names: dict[int, str]
     env: dict[str, str] | None  # the relevant environment variables at its start
 
@@ -166,16 +158,13 @@ class JournalReading:
 NOTHING_READ: Final = JournalReading(None, {}, None)
 
 
-def read_journal(path: str | Path) -> list[str]:
-    """The journal's lines; none where it was never written."""
+def read_journal(path: str | Path, nodeid: str) -> JournalReading:
+    """What the journal at ``path`` says of the last run of test ``nodeid``; nothing where it was
+    never written."""
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
-        return []
-
-
-def journal_reading(lines: Iterable[str], nodeid: str) -> JournalReading:
-    """What ``lines`` say of the last run of test ``nodeid``."""
+        return NOTHING_READ
     entries = [entry for line in lines if (entry := _parsed(line)) is not None]
     starts = [i for i, entry in enumerate(entries) if entry.get("test") == nodeid]
     if not starts:
@@ -185,19 +174,21 @@ def journal_reading(lines: Iterable[str], nodeid: str) -> JournalReading:
     ours = [entries[starts[-1]], *(after[: ends[0]] if ends else after)]
     envs = [e["env"] for e in entries[: starts[-1] + 1] if isinstance(e.get("env"), dict)]
     names = {int(e["ident"]): str(e["thread"]) for e in ours if isinstance(e.get("ident"), int)}
-    activities = [e for e in ours[1:] if "doing" in e]
-    last = None
-    if activities:
-        entry = activities[-1]
-        count = entry.get("count")
-        last = Activity(
-            str(entry["doing"]),
-            str(entry["thread"]),
-            entry.get("function"),
-            entry.get("backend"),
-            count if isinstance(count, int) else None,
-        )
-    return JournalReading(last, names, envs[-1] if envs else None)
+    actions = [e for e in ours[1:] if "doing" in e]
+    return JournalReading(
+        _action(actions[-1]) if actions else None, names, envs[-1] if envs else None
+    )
+
+
+def _action(entry: dict[str, Any]) -> Action:
+    count = entry.get("count")
+    return Action(
+        str(entry["doing"]),
+        str(entry["thread"]),
+        entry.get("function"),
+        entry.get("backend"),
+        count if isinstance(count, int) else None,
+    )
 
 
 def _parsed(line: str) -> dict[str, Any] | None:

@@ -1,5 +1,5 @@
 """The kinds of the report's error entries, by name. Imports nothing: the options' declarations,
-the crash wording and the diagnosis all read them."""
+a process's death (:mod:`.death`) and the diagnosis all read them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Python's fault-handler output of a test's process, trimmed to what a user reads: the fatal error
 line and the frames of the user's code, without those of the test runner (pytest, pluggy,
-pytest-xdist, execnet and this plugin).
+pytest-xdist, execnet and this plugin). Read by :mod:`.death` for a process that died.
 
 Standard library only, and paths taken from the modules themselves (or, for xdist and execnet,
 from where they would be imported, without importing them), so that every process agrees on
@@ -156,11 +156,8 @@ def _path(frame: str) -> str | None:
 
 
 def _hidden(frame: str) -> bool:
-    found = _FRAME.match(frame)
-    if found is None:
-        return False
-    path = found.group("path")
-    return path.startswith(_HIDDEN_FOLDERS) or path in _HIDDEN_FILES
+    path = _path(frame)
+    return path is not None and (path.startswith(_HIDDEN_FOLDERS) or path in _HIDDEN_FILES)
 
 
 def _joined(lines: list[str]) -> str:

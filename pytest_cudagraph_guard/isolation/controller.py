@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,26 +14,17 @@ from typing import Any, Final
 
 import pytest
 
-from ..core.crash import ProcessEnd, crash_error, crash_text, death_summary
+from ..core.death import ProcessEnd, log_process_death
 from ..core.environment import user_torch_env
-from ..core.facts import applied_by_key
-from ..core.journal import journal_reading, read_journal
+from ..core.journal import read_journal
 from ..core.marker_arguments import SubprocessOptions
-from ..core.markers import SUBPROCESS_MARKER, plugin_marks
+from ..core.markers import plugin_marks
 from ..core.options import PluginOptions
-from ..core.records import (
-    USER_PROPERTY,
-    ErrorEntry,
-    SettingEntry,
-    TestRecord,
-    new_test_record,
-    no_activity,
-)
+from ..core.records import setting_entry
 from ..core.session import PluginSession
 from ..core.settings import cudagraph_switches
 from ..core.warnings import CudagraphGuardWarning, notify
 from . import timeouts
-from .expected import expected_death
 from .pool import ChildExit, SubprocessRunner
 from .preloads import session_modules
 from .protocol import (
@@ -47,7 +37,6 @@ from .protocol import (
     WarningSent,
 )
 
-PHASES: Final = ("setup", "call", "teardown")
 DEBUGGER_NOTICE: Final = (
     "cudagraph_subprocess: --pdb and --trace cannot stop in the debugger in a test that runs in "
     "a process of its own; to debug one in this process, run it without --cudagraph-subprocess "
@@ -250,124 +239,35 @@ def _log_death(
     logged: list[str],
     reporting: bool,
 ) -> None:
-    end = _process_end(item, outcome, options)
-    summary = death_summary(end, item.nodeid, ran=bool(logged))
-    text = crash_text(
-        end,
-        prefix=SUBPROCESS_MARKER,
-        summary=summary,
-        collect_errors=messages.collect_errors,
-        stdout=outcome.stream(STDOUT_NAME),
-        ran=bool(logged),
-        full_trace=bool(getattr(item.config.option, "fulltrace", False)),
-    )
-    phase = next(p for p in PHASES if p not in logged)
-    streams = {STDOUT_NAME: outcome.stream(STDOUT_NAME), STDERR_NAME: text.stderr}
-    sections = [
-        (f"Captured {name} (test process {outcome.pid})", captured)
-        for name, captured in streams.items()
-        if captured.strip()
-    ]
-    reason, notice = expected_death(item)
-    if notice is not None:
-        say_once(item, notice)
-    died = _report(
-        item,
-        phase,
-        "failed" if reason is None else "skipped",
-        text.message,
-        sections=sections,
-        duration=outcome.duration,
-    )
-    if reason is not None:
-        died.wasxfail = f"{reason}; {summary}" if reason else summary
-    reports = [died]
-    if phase != "teardown":
-        reports.append(_report(item, "teardown", "passed"))
-    if reporting:
-        verdict = "failed" if reason is None else "xfailed"
-        where = f"subprocess {outcome.pid}"
-        error = crash_error(end, text, where)
-        record = _death_record(item, where, error, options, verdict=verdict, env=end.journal.env)
-        reports[-1].user_properties.append((USER_PROPERTY, record))
-    for report in reports:
-        item.ihook.pytest_runtest_logreport(report=report)
-
-
-def _process_end(item: pytest.Item, outcome: ChildExit, options: SubprocessOptions) -> ProcessEnd:
-    """How the test's process ended, as :mod:`..core.crash` words it."""
-    journal = read_journal(outcome.folder / JOURNAL_NAME)
+    """Hands the death of ``item``'s process to :mod:`..core.death`: how it ended, and what this
+    process knows of the test for its record (the settings the marker set, the environment it
+    gave the process)."""
     stderr = outcome.stream(STDERR_NAME)
-    by_pytest_timeout = None
     code = os.waitstatus_to_exitcode(outcome.status) if outcome.status is not None else None
-    seconds = timeouts.ended_by_thread_method(item, code, stderr)
-    if seconds is not None:
-        by_pytest_timeout = (timeouts.message(seconds), timeouts.dump_of(stderr))
-    return ProcessEnd(
+    end = ProcessEnd(
         outcome.status,
         stderr=stderr,
+        stdout=outcome.stream(STDOUT_NAME),
+        collect_errors=messages.collect_errors,
         timed_out=outcome.timed_out,
         timeout=options.timeout,
         stacks_at_stop=outcome.stacks,
         lost="test process was lost (its zygote died)",
-        journal=journal_reading(journal, item.nodeid),
-        ended_by_pytest_timeout=by_pytest_timeout,
+        journal=read_journal(outcome.folder / JOURNAL_NAME, item.nodeid),
+        ended_by_pytest_timeout=timeouts.ended_by_thread_method(item, code, stderr),
     )
-
-
-def _report(
-    item: pytest.Item,
-    when: str,
-    outcome: str,
-    longrepr: str | None = None,
-    *,
-    sections: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
-    duration: float = 0.0,
-) -> pytest.TestReport:
-    now = time.time()
-    return pytest.TestReport(
-        nodeid=item.nodeid,
-        location=item.location,
-        keywords=dict.fromkeys(item.keywords, 1),
-        outcome=outcome,  # type: ignore[arg-type]
-        longrepr=longrepr,
-        when=when,  # type: ignore[arg-type]
-        sections=sections,
-        duration=duration,
-        start=now - duration,
-        stop=now,
-        user_properties=list(item.user_properties),
-    )
-
-
-def _death_record(
-    item: pytest.Item,
-    where: str,
-    error: ErrorEntry,
-    options: SubprocessOptions,
-    *,
-    verdict: str,
-    env: dict[str, str] | None,
-) -> TestRecord:
-    """The record of a test whose process died: what the parent knows of it, and the
-    environment the process saw (its journal's; else the one it was given)."""
     switched = cudagraph_switches(options.trees) if options.switches else {}
-    settings: dict[str, SettingEntry] = {
-        key: {"value": value, "source": "test"} for key, value in switched.items()
-    }
-    record = new_test_record(
-        item.nodeid,
-        outcome=verdict,
-        where=where,
-        settings=settings,
-        env=env if env is not None else user_torch_env(process_environment(options.env)),
-        activity=no_activity(),
-        errors=[error],
-        uses_plugin=True,  # the marker, or the option that applied it
-        applied_by=item.stash.get(applied_by_key, None),
+    log_process_death(
+        item,
+        end,
+        pid=outcome.pid,
+        logged=logged,
+        duration=outcome.duration,
+        reporting=reporting,
+        settings={key: setting_entry(value, "test") for key, value in switched.items()},
+        env=user_torch_env(process_environment(options.env)),
+        say=lambda notice: say_once(item, notice),
     )
-    item.config.hook.pytest_cudagraph_record(item=item, record=record)
-    return record
 
 
 def _tear_down_shared_fixtures(item: pytest.Item, nextitem: pytest.Item | None) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from ..core.crash import last_lines, wait_status
+from ..core.death import last_lines, wait_status
 from .folders import SessionFolder, owner_only
 from .forking import kill_group
 from .preloads import no_modules

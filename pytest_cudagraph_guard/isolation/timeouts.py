@@ -52,23 +52,16 @@ def bounded(item: pytest.Item, options: SubprocessOptions) -> SubprocessOptions:
     return options._replace(timeout=found.seconds + MARGIN_S)
 
 
-def ended_by_thread_method(item: pytest.Item, exit_code: int | None, stderr: str) -> float | None:
-    """pytest-timeout's timeout where its ``thread`` method ended the test's process, else None."""
+def ended_by_thread_method(
+    item: pytest.Item, exit_code: int | None, stderr: str
+) -> tuple[str, str] | None:
+    """Where pytest-timeout's ``thread`` method ended the test's process: its own failure
+    message, and what it wrote as it timed the test out (from its first ``Timeout`` line)."""
     found = of(item)
     if found is None or found.method != "thread" or exit_code != THREAD_METHOD_EXIT_CODE:
         return None
-    return found.seconds if dump_of(stderr) else None
-
-
-def dump_of(stderr: str) -> str:
-    """What pytest-timeout wrote as it timed the test out: from its first ``Timeout`` line."""
     lines = stderr.splitlines()
     for index, line in enumerate(lines):
         if _DUMP_TITLE in line and line.strip().startswith("+"):
-            return "\n".join(lines[index:])
-    return ""
-
-
-def message(seconds: float) -> str:
-    """pytest-timeout's own failure message."""
-    return f"Timeout (>{seconds}s) from pytest-timeout."
+            return f"Timeout (>{found.seconds}s) from pytest-timeout.", "\n".join(lines[index:])
+    return None

@@ -1,18 +1,29 @@
-"""The crash journal, in a process whose death another process reads: a pytest-xdist worker whose
-controller asked for one, or a ``cudagraph_subprocess`` test process. A line when each test
-starts, then a line when torch's CUDA-graph activity changes (:mod:`..core.journal`)."""
+"""What a death is read from (:mod:`..core.death`), written where tests run and handed out by
+xdist's controller; registered by the report (``plugin._start_report``).
+
+In a test process (``cudagraph_subprocess``) or a pytest-xdist worker whose controller asked for
+one, the crash journal (:mod:`..core.journal`): a line when each test starts, then a line when
+torch's CUDA-graph activity changes; in such a worker, its fault handler's file too (its stderr
+reaches no test's failure). On xdist's controller, each worker gets both files, and a test whose
+worker died is handed to :func:`..core.death.worker_died`; a replaced worker gets a new id, so
+each worker's files are its own. The controller's hooks are optional: xdist may be absent.
+"""
 
 from __future__ import annotations
 
 import faulthandler
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
-from typing import IO, Final
+from pathlib import Path
+from typing import IO, Any, Final
 
 import pytest
 
 from .. import _torch
-from ..core.environment import UserEnvReader
+from ..core.death import WORKER_FAULTS, WORKER_JOURNAL, worker_died
+from ..core.environment import UserEnvReader, user_torch_env
 from ..core.facts import journal_path_key
 from ..core.journal import (
     COMPILED,
@@ -20,15 +31,11 @@ from ..core.journal import (
     RECORDED,
     RECORDING,
     REPLAYED,
-    Activity,
+    Action,
     JournalWriter,
 )
 from ..core.ours import ours
 
-# What a controller tells each xdist worker (``workerinput``): where its journal and its fault
-# handler's output go.
-WORKER_JOURNAL: Final = "cudagraph_guard_journal"
-WORKER_FAULTS: Final = "cudagraph_guard_faults"
 # The events that change what the journal says a process is doing.
 _DOING: Final[dict[type, str]] = {
     _torch.Compiled: COMPILING,
@@ -40,10 +47,10 @@ _DOING: Final[dict[type, str]] = {
 _JOURNAL_LOSS: Final = _torch.Loss(
     "--cudagraph-report", "the last CUDA-graph activity of a test whose process dies"
 )
-
 _FAULTS_LOSS: Final = _torch.Loss(
     "--cudagraph-report", "the signal of a dead xdist worker, and pytest's fault handler given back"
 )
+_READING: Final = _torch.Loss("--cudagraph-report", "the records of tests whose xdist worker died")
 
 
 class CrashJournal:
@@ -71,9 +78,9 @@ class CrashJournal:
 
     def _on_event(self, event: _torch.TorchEvent) -> None:
         writer = self._writer
-        activity = journal_activity(event)
-        if writer is not None and activity is not None:
-            _torch.run_ours(_JOURNAL_LOSS, writer.note, activity)
+        action = journal_action(event)
+        if writer is not None and action is not None:
+            _torch.run_ours(_JOURNAL_LOSS, writer.note, action)
 
     def close_file(self) -> None:
         if self._writer is not None:
@@ -87,14 +94,14 @@ class CrashJournal:
         self.close_file()
 
 
-def journal_activity(event: _torch.TorchEvent) -> Activity | None:
+def journal_action(event: _torch.TorchEvent) -> Action | None:
     """The journal's reading of one of torch's events; None for an event that is no change of
     activity."""
     doing = _DOING.get(type(event))
     if doing is None:
         return None
     backend = getattr(event, "backend", None) or None
-    return Activity(doing, event.thread, getattr(event, "function", None), backend)
+    return Action(doing, event.thread, getattr(event, "function", None), backend)
 
 
 class WorkerFaults:
@@ -130,9 +137,38 @@ def _pytest_fault_fd(config: pytest.Config) -> int | None:
     return config.stash.get(fault_handler_stderr_fd_key, None)
 
 
-def start_crash_journal(config: pytest.Config) -> None:
+class WorkerCrashes:
+    """Registered on xdist's controller: gives each worker its files, reads a dead one's."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._folder: Path | None = None
+
+    def _files(self) -> Path:
+        if self._folder is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="pytest-cudagraph-workers-"))
+            self.config.add_cleanup(lambda: shutil.rmtree(self._folder or "", ignore_errors=True))
+        return self._folder
+
+    @pytest.hookimpl(optionalhook=True)
+    @ours(_READING)
+    def pytest_configure_node(self, node: Any) -> None:
+        worker = str(node.gateway.id)
+        node.workerinput[WORKER_JOURNAL] = str(self._files() / f"{worker}.journal")
+        node.workerinput[WORKER_FAULTS] = str(self._files() / f"{worker}.faults")
+
+    @pytest.hookimpl(optionalhook=True)
+    @ours(_READING)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        worker_died(crashitem, report, self.config, env=user_torch_env())
+
+
+def start_crash_journal(config: pytest.Config, *, xdist_controller: bool) -> None:
     """Registers the journal (and, in an xdist worker, the fault handler's file) where a
-    process will read them after a crash: a worker whose controller asked, or a test process."""
+    process will read them after a crash: a worker whose controller asked, or a test process;
+    on xdist's controller, what gives the workers their files and reads a dead one's."""
+    if xdist_controller:
+        config.pluginmanager.register(WorkerCrashes(config))
     workerinput: dict[str, object] = getattr(config, "workerinput", {})
     path_of: Callable[[], str | None] | None = config.stash.get(journal_path_key, None)
     if WORKER_JOURNAL in workerinput:

@@ -8,15 +8,13 @@ import threading
 from pathlib import Path
 
 from pytest_cudagraph_guard import _torch
-from pytest_cudagraph_guard.core.crash import ProcessEnd, crash_error, crash_text, end_summary
-from pytest_cudagraph_guard.core.journal import (
-    REPLAYED,
-    Activity,
-    JournalWriter,
-    journal_reading,
-    read_journal,
-)
-from pytest_cudagraph_guard.report.crash_journal import journal_activity
+from pytest_cudagraph_guard.core.death import ProcessEnd, crash_error, crash_text, summary
+from pytest_cudagraph_guard.core.journal import REPLAYED, Action, JournalWriter, read_journal
+from pytest_cudagraph_guard.report.crash_journal import journal_action
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
 
 
 def test_a_line_per_change_of_activity_and_the_last_replay_counted_in_place(
@@ -34,35 +32,35 @@ def test_a_line_per_change_of_activity_and_the_last_replay_counted_in_place(
             _torch.CompileEnded("drafter-1", "inductor", "step"),
             *[_torch.Replayed("drafter-1", function="step")] * 100,
         ):
-            activity = journal_activity(event)
-            assert activity is not None
-            writer.note(activity)
+            action = journal_action(event)
+            assert action is not None
+            writer.note(action)
 
     thread = threading.Thread(target=drafter, name="drafter-1")
     thread.start()
     thread.join()
-    assert journal_activity(_torch.Skipped("drafter-1", "cpu")) is None
-    assert read_journal(path)[-1].endswith('"count":         100}')  # rewritten in place
-    assert len(read_journal(path)) == 4
+    assert journal_action(_torch.Skipped("drafter-1", "cpu")) is None
+    assert _lines(path)[-1].endswith('"count":         100}')  # rewritten in place
+    assert len(_lines(path)) == 4
     writer.start_test("t.py::test_two", {"TORCHINDUCTOR_X": "1"})
     for name in ("step", "other", "step"):
-        writer.note(Activity(REPLAYED, "drafter-1", name))
+        writer.note(Action(REPLAYED, "drafter-1", name))
     writer.close()
-    lines = read_journal(path)
+    lines = _lines(path)
     assert len(lines) == 8
     assert '"env"' not in lines[4]  # unchanged since the first test
 
-    one = journal_reading(lines, "t.py::test_one")
+    one = read_journal(path, "t.py::test_one")
     assert one.last is not None
     assert one.last.phrase() == "after replay 100 of a graph of `step` in thread `drafter-1`"
     assert one.thread_names == {
         threading.get_ident(): threading.current_thread().name,
         idents[0]: "drafter-1",
     }
-    two = journal_reading(lines, "t.py::test_two")
-    assert two.last == Activity(REPLAYED, "drafter-1", "step", count=2)  # counted per test
+    two = read_journal(path, "t.py::test_two")
+    assert two.last == Action(REPLAYED, "drafter-1", "step", count=2)  # counted per test
     assert two.env == {"TORCHINDUCTOR_X": "1"}
-    assert journal_reading(lines, "t.py::test_three").last is None
+    assert read_journal(path, "t.py::test_three").last is None
 
 
 def test_a_compile_that_ended_is_told_from_one_under_way(tmp_path: Path) -> None:
@@ -75,10 +73,10 @@ def test_a_compile_that_ended_is_told_from_one_under_way(tmp_path: Path) -> None
         _torch.CompileEnded("MainThread", "inductor", "step"),
         _torch.Compiled("MainThread", "inductor", {}, {}, "loss"),
     ):
-        activity = journal_activity(event)
-        assert activity is not None
-        writer.note(activity)
-        last = journal_reading(read_journal(path), "t.py::test_one").last
+        action = journal_action(event)
+        assert action is not None
+        writer.note(action)
+        last = read_journal(path, "t.py::test_one").last
         phrases.append(last.phrase() if last is not None else None)
     writer.close()
     assert phrases == [
@@ -92,13 +90,13 @@ def test_a_line_cut_by_the_crash_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "journal"
     writer = JournalWriter(path)
     writer.start_test("t.py::test_one", {})
-    activity = journal_activity(_torch.Compiled("MainThread", "inductor", {}, {}))
-    assert activity is not None
-    writer.note(activity)
+    action = journal_action(_torch.Compiled("MainThread", "inductor", {}, {}))
+    assert action is not None
+    writer.note(action)
     writer.close()
     with path.open("a") as file:
         file.write('{"doing": "repl')
-    reading = journal_reading(read_journal(path), "t.py::test_one")
+    reading = read_journal(path, "t.py::test_one")
     assert reading.last is not None
     assert reading.last.phrase() == (
         "while compiling a function (backend inductor) in thread `MainThread`"
@@ -116,11 +114,10 @@ Current thread 0x00007f0000000001 (most recent call first):
 def test_the_signal_is_read_from_the_fault_handler_where_no_status_is_known() -> None:
     end = ProcessEnd(None, stderr=FAULT)
     assert end.signal_number() == signal.SIGABRT
-    summary = end_summary(end)
-    assert summary == "test process died with SIGABRT (signal 6)"
-    text = crash_text(end, prefix="worker 'gw0' crashed", summary=summary)
+    assert summary(end) == "test process died with SIGABRT (signal 6)"
+    text = crash_text(end, prefix="worker 'gw0' crashed")
     error = crash_error(end, text, "xdist worker gw0")
     assert error["type"] == "SIGABRT"
     assert error["thread"] == "xdist worker gw0"  # no journal names the crashing thread
     assert "line 3 in step" in error["traceback"]
-    assert end_summary(ProcessEnd(None, lost="test process was lost")) == "test process was lost"
+    assert summary(ProcessEnd(None, lost="test process was lost")) == "test process was lost"

@@ -37,7 +37,11 @@ from ..helpers import read_report
 DECLARATIONS = frozenset({"plugin.pytest_addhooks", "plugin.pytest_addoption"})
 _PACKAGE = pytest_cudagraph_guard.__name__
 # Hooks that run only in pytest-xdist's workers or controller: a session of their own.
-XDIST_ONLY = ("report.worker_crash.", "report.crash_journal.WorkerFaults.", "report.wire.")
+XDIST_ONLY = (
+    "report.crash_journal.WorkerCrashes.",
+    "report.crash_journal.WorkerFaults.",
+    "report.wire.",
+)
 
 
 def _short(module: str) -> str:
@@ -137,7 +141,7 @@ def _part(guarded: Guarded) -> object:
     tests in processes of their own only."""
     if guarded.name.startswith("fixtures."):
         return "fixtures"
-    if guarded.name.startswith("report.crash_journal."):
+    if guarded.name.startswith("report.crash_journal.CrashJournal."):
         return "cudagraph_subprocess"
     return guarded.loss
 

@@ -19,7 +19,7 @@ from pytest_cudagraph_guard._torch.patches import Patches
 from pytest_cudagraph_guard.core.diagnosis import error_record
 from pytest_cudagraph_guard.core.kinds import OVERWRITTEN_OUTPUT, POOL_LEAK, RERECORD, SLOW_PATH
 from pytest_cudagraph_guard.report import activity as report_activity
-from pytest_cudagraph_guard.report.crash_journal import journal_activity
+from pytest_cudagraph_guard.report.crash_journal import journal_action
 
 STACK = 'File "/src/model.py", line 7, in step\n    return x.sin()\n'
 
@@ -209,9 +209,9 @@ def test_a_recording_is_in_the_crash_journal_before_its_capture(events: list[Any
     _StandInManager().record_function([1], 3)
     [started] = [e for e in events if isinstance(e, _torch.RecordingStarted)]
     assert started == _torch.RecordingStarted("MainThread", "step (model.py:7)")
-    activity = journal_activity(started)
-    assert activity is not None
-    assert activity.phrase() == (
+    action = journal_action(started)
+    assert action is not None
+    assert action.phrase() == (
         "while recording a graph of `step (model.py:7)` in thread `MainThread`"
     )
 
