@@ -76,9 +76,11 @@ def test_a_step_torch_runs_without_cuda_graphs():
 
 def test_fail_on_makes_a_cudagraph_skip_a_test_error(pytester):
     """In a suite of its own, run with --cudagraph-fail-on=cudagraph-skip: the test whose step
-    torch ran without CUDA graphs errors at teardown, naming the kind and torch's reason."""
+    torch ran without CUDA graphs errors at teardown, naming the kind and torch's reason. In a
+    process of its own: torch registers some of its parts once per process, and an in-process
+    pytester run drops the modules it imported, so a later import would register them again."""
     pytester.makepyfile(test_skipping=SKIPPING_STEP)
-    result = pytester.runpytest(
+    result = pytester.runpytest_subprocess(
         "--cudagraph-fail-on=cudagraph-skip", "--cudagraph-report", "-p", "no:cacheprovider"
     )
     result.assert_outcomes(passed=1, errors=1)
