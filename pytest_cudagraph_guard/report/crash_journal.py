@@ -14,6 +14,7 @@ import pytest
 from .. import _torch
 from ..core.environment import UserEnvReader
 from ..core.facts import journal_path_key
+from ..core.fault_guard import Part, register
 from ..core.journal import (
     COMPILED,
     COMPILING,
@@ -23,7 +24,6 @@ from ..core.journal import (
     Activity,
     JournalWriter,
 )
-from ..core.ours import ours
 
 # What a controller tells each xdist worker (``workerinput``): where its journal and its fault
 # handler's output go.
@@ -49,6 +49,8 @@ _FAULTS_LOSS: Final = _torch.Loss(
 class CrashJournal:
     """Writes this process's journal while tests run; observes torch once it is loaded."""
 
+    parts = (Part(*_JOURNAL_LOSS),)
+
     def __init__(self, path_of: Callable[[], str | None]) -> None:
         self._path_of = path_of
         self._writer: JournalWriter | None = None
@@ -56,7 +58,6 @@ class CrashJournal:
         self._env = UserEnvReader()
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_JOURNAL_LOSS)
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         path = self._path_of()
         if path is None:
@@ -102,13 +103,14 @@ class WorkerFaults:
     (the worker's stderr reaches no test's failure), and given back to pytest's own fault
     handler before pytest's ``faulthandler`` plugin ends it."""
 
+    parts = (Part(*_FAULTS_LOSS),)
+
     def __init__(self, path: str) -> None:
         self._enabled_before = faulthandler.is_enabled()
         self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115
         faulthandler.enable(file=self._file, all_threads=True)
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_FAULTS_LOSS)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         pytest_stderr = _pytest_fault_fd(config)
         if pytest_stderr is not None:
@@ -138,9 +140,9 @@ def start_crash_journal(config: pytest.Config) -> None:
     if WORKER_JOURNAL in workerinput:
         journal_path = str(workerinput[WORKER_JOURNAL])
         path_of = lambda: journal_path  # noqa: E731
-        config.pluginmanager.register(WorkerFaults(str(workerinput[WORKER_FAULTS])))
+        register(config.pluginmanager, WorkerFaults(str(workerinput[WORKER_FAULTS])))
     if path_of is None:
         return
     journal = CrashJournal(path_of)
-    config.pluginmanager.register(journal)
+    register(config.pluginmanager, journal)
     config.add_cleanup(journal.close)

@@ -17,7 +17,6 @@ from typing import Any, Final
 
 import pytest
 
-from .. import _torch
 from ..core.crash import (
     CrashText,
     ProcessEnd,
@@ -27,8 +26,8 @@ from ..core.crash import (
     wait_status,
 )
 from ..core.environment import user_torch_env
+from ..core.fault_guard import Part
 from ..core.journal import journal_reading, read_journal
-from ..core.ours import ours
 from ..core.records import USER_PROPERTY, TestRecord, new_test_record, no_activity
 from .crash_journal import WORKER_FAULTS, WORKER_JOURNAL
 
@@ -36,11 +35,10 @@ REAP_TIMEOUT_S: Final = 5.0
 LOST: Final = "test process was lost (its connection to xdist's controller ended)"
 
 
-_READING: Final = _torch.Loss("--cudagraph-report", "the records of tests whose xdist worker died")
-
-
 class WorkerCrashes:
     """Registered on xdist's controller while a report (or ``--cudagraph-fail-on``) is on."""
+
+    parts = (Part("--cudagraph-report", "the records of tests whose xdist worker died"),)
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -53,14 +51,12 @@ class WorkerCrashes:
         return self._folder
 
     @pytest.hookimpl(optionalhook=True)
-    @ours(_READING)
     def pytest_configure_node(self, node: Any) -> None:
         worker = str(node.gateway.id)
         node.workerinput[WORKER_JOURNAL] = str(self._files() / f"{worker}.journal")
         node.workerinput[WORKER_FAULTS] = str(self._files() / f"{worker}.faults")
 
     @pytest.hookimpl(optionalhook=True)
-    @ours(_READING)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         node: Any = getattr(report, "node", None)
         workerinput = getattr(node, "workerinput", None) or {}
