@@ -110,15 +110,16 @@ def hooks_of(owner: Any) -> dict[str, Part]:
     return found
 
 
-class _Site(NamedTuple):
+class _Site:
     """One guarded hook or fixture: its part, name and loss, whether a failure stops it, and the
     object its code is bound to."""
 
-    part: Part
-    name: str
-    loss: _torch.Loss
-    stops: bool
-    bound: tuple[object, ...]
+    __slots__ = ("bound", "loss", "name", "part", "stops")
+
+    def __init__(self, part: Part, name: str, plugin: object) -> None:
+        self.part, self.name, self.loss = part, name, part.loss
+        self.stops = part.honours is None
+        self.bound = () if plugin is None else (plugin,)
 
 
 def _guard(part: Part, owner: object, name: str, plugin: object) -> Callable[..., Any]:
@@ -127,8 +128,7 @@ def _guard(part: Part, owner: object, name: str, plugin: object) -> Callable[...
     after the ``yield`` is guarded while what the ``yield`` brings (the inner hooks, the test) is
     left untouched."""
     code = getattr(owner, name)
-    bound = () if plugin is None else (plugin,)
-    site = _Site(part, name, part.loss, part.honours is None, bound)
+    site = _Site(part, name, plugin)
     if inspect.isgeneratorfunction(code):
 
         def guard(*args: Any, **kwargs: Any) -> Any:
