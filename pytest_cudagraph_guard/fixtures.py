@@ -5,24 +5,16 @@ when a test asks for one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
 from . import _torch
-from .core.ours import ours
+from .core.fault_guard import Part, fixture
 
 if TYPE_CHECKING:
     from .core.config_guard import ConfigGuard
-
-_INDUCTOR_CONFIG = _torch.Loss("inductor_config", "torch._inductor.config guarded and restored")
-_DYNAMO_CONFIG = _torch.Loss("dynamo_config", "torch._dynamo.config guarded and restored")
-_CUDAGRAPHS = _torch.Loss("cudagraphs", "CUDA graphs switched on and compiled state reset")
-
-
-def _asked_for(fixture: str) -> Callable[[pytest.Item], str]:
-    return lambda item: f"the {fixture} fixture"
 
 
 def _guarded(module_name: str) -> Iterator[ConfigGuard]:
@@ -41,33 +33,45 @@ def _guarded(module_name: str) -> Iterator[ConfigGuard]:
         guard.restore()
 
 
-# ``request`` tells the guard which test's record a failure goes to.
+def _fixture_part(name: str, loses: str) -> Part:
+    """A fixture's part: a test that asks for the fixture asks for it."""
+    return Part(name, loses, honours=lambda item: f"the {name} fixture", hooks=(name,))
 
 
-@pytest.fixture
-@ours(_INDUCTOR_CONFIG, honours=_asked_for("inductor_config"))
-def inductor_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
-    """``torch._inductor.config``, restored after the test whatever its outcome."""
-    yield from _guarded(_torch.INDUCTOR_CONFIG)
+class ConfigFixtures:
+    """The fixtures' code, each fixture a part of its own (``fixture``); ``request`` tells the
+    guard which test's record a failure goes to."""
+
+    parts = (
+        _fixture_part("inductor_config", "torch._inductor.config guarded and restored"),
+        _fixture_part("dynamo_config", "torch._dynamo.config guarded and restored"),
+        _fixture_part("cudagraphs", "CUDA graphs switched on and compiled state reset"),
+    )
+
+    @staticmethod
+    def inductor_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
+        """``torch._inductor.config``, restored after the test whatever its outcome."""
+        yield from _guarded(_torch.INDUCTOR_CONFIG)
+
+    @staticmethod
+    def dynamo_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
+        """``torch._dynamo.config``, restored after the test whatever its outcome."""
+        yield from _guarded(_torch.DYNAMO_CONFIG)
+
+    @staticmethod
+    def cudagraphs(
+        inductor_config: ConfigGuard, request: pytest.FixtureRequest
+    ) -> Iterator[ConfigGuard]:
+        """CUDA graphs on (with trees) for the test; compiled state is reset afterwards."""
+        from .core.settings import cudagraph_switches
+
+        inductor_config.update(cudagraph_switches())
+        try:
+            yield inductor_config
+        finally:
+            _torch.reset_compiled_state()
 
 
-@pytest.fixture
-@ours(_DYNAMO_CONFIG, honours=_asked_for("dynamo_config"))
-def dynamo_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
-    """``torch._dynamo.config``, restored after the test whatever its outcome."""
-    yield from _guarded(_torch.DYNAMO_CONFIG)
-
-
-@pytest.fixture
-@ours(_CUDAGRAPHS, honours=_asked_for("cudagraphs"))
-def cudagraphs(
-    inductor_config: ConfigGuard, request: pytest.FixtureRequest
-) -> Iterator[ConfigGuard]:
-    """CUDA graphs on (with trees) for the test; compiled state is reset afterwards."""
-    from .core.settings import cudagraph_switches
-
-    inductor_config.update(cudagraph_switches())
-    try:
-        yield inductor_config
-    finally:
-        _torch.reset_compiled_state()
+inductor_config = fixture(ConfigFixtures, "inductor_config")
+dynamo_config = fixture(ConfigFixtures, "dynamo_config")
+cudagraphs = fixture(ConfigFixtures, "cudagraphs")

@@ -14,7 +14,7 @@ import pytest
 from . import _torch
 from .core.config_state import QuickCheck, Snapshot
 from .core.facts import leaks_key
-from .core.ours import ours
+from .core.fault_guard import Part
 from .core.warnings import (
     CudagraphConfigLeakWarning,
     warn_torch_notices,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _PACKAGE: Final = Path(__file__).resolve().parent
-_CHECKING: Final = _torch.Loss("--cudagraph-guard", "leak checks")
+_CHECKING: Final = Part("--cudagraph-guard", "leak checks")
 
 
 def leak_message(nodeid: str, changes: list[Change], restored: bool) -> str:
@@ -43,6 +43,8 @@ class LeakGuard:
     (class, module, package or session scoped) fixtures change when they are set up or torn
     down, since those changes are meant to outlive one test.
     """
+
+    parts = (_CHECKING,)
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -63,9 +65,9 @@ class LeakGuard:
             self.disabled = True
             if raised_by_us(exc):
                 self._put_back_baseline()
-                from .core.plugin_errors import note_failure
+                from .core.fault_guard import note_failure
 
-                note_failure(_CHECKING, exc)
+                note_failure(_CHECKING.loss, exc)
                 return None
             _torch.notice_once(
                 "leak guard: unreadable config",
@@ -82,7 +84,6 @@ class LeakGuard:
 
                 restore(self._baseline)
 
-    @ours(_CHECKING)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Takes the baseline once collection (and module-level code) is done; one taken
         earlier stands where nothing changed since."""
@@ -98,7 +99,6 @@ class LeakGuard:
             self._rebaseline()
 
     @pytest.hookimpl(wrapper=True)
-    @ours(_CHECKING)
     def pytest_fixture_setup(
         self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
     ) -> Generator[None, Any, Any]:
@@ -108,7 +108,6 @@ class LeakGuard:
             return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
-    @ours(_CHECKING)
     def pytest_runtest_teardown(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, None, None]:

@@ -11,30 +11,26 @@ from collections.abc import Generator
 
 import pytest
 
-from . import _torch
-from .core.ours import ours
+from .core.fault_guard import Part
 from .core.warnings import warn_torch_notices
-
-_DELIVERING = _torch.Loss("cudagraph_guard", "its warnings delivered at each test's teardown")
 
 
 class NoticesPlugin:
     """Registered for every session. What the leak guard's own check notes at a test's
     teardown, the guard warns itself: the order of the two teardown wrappers does not matter."""
 
+    parts = (Part("cudagraph_guard", "its warnings delivered at each test's teardown"),)
+
     @pytest.hookimpl(trylast=True)
-    @ours(_DELIVERING)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         warn_torch_notices(session.config, when="collect")
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
-    @ours(_DELIVERING)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
         try:
             return (yield)
         finally:
             warn_torch_notices(item.config, nodeid=item.nodeid)
 
-    @ours(_DELIVERING)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         warn_torch_notices(session.config)

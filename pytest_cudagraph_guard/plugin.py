@@ -1,10 +1,12 @@
 """The ``cudagraph_guard`` pytest plugin: its hookspecs, options, ini keys, markers and
 fixtures, and the features, each loaded when the session shows that it needs it.
 
-Loading this module declares and imports nothing more (never torch). ``pytest_configure`` builds
-the session's ``PluginSession``, which every feature reads, and registers the features that the
-options ask for; the marker features load once a collected module or test names their marker.
-Hooks are in lifecycle order. PYTEST_DONT_REWRITE: see the package's ``__init__``.
+Loading this module declares and imports nothing more (never torch). Its own hooks declare, and
+start the fault guard's session (``core.fault_guard``); the rest are ``Features``', registered
+as the plugin is: ``pytest_configure`` builds the session's ``PluginSession``, which every feature
+reads, and registers the features that the options ask for; the marker features load once a
+collected module or test names their marker. Hooks are in lifecycle order. PYTEST_DONT_REWRITE:
+see the package's ``__init__``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 
 from . import _torch, hookspecs
 from .core import plugin_names
-from .core.ours import fail_unhonoured, ours
+from .core.fault_guard import Part, fail_unhonoured, register, start_session
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 
 if TYPE_CHECKING:
@@ -24,27 +26,18 @@ if TYPE_CHECKING:
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
 
-_PRINTING = _torch.Loss("--cudagraph-settings", "the settings printed")
-_SETTING_UP = _torch.Loss("cudagraph_guard", "its features for this session")
-_AHEAD = _torch.Loss("cudagraph_subprocess", "test processes started while collecting")
-_CHECKING_MARKED = _torch.Loss("cudagraph_guard", "the setup checks of marked tests")
 
-
-# Which tests ask for what a hook does (they fail, naming the plugin, if it cannot).
-def _marker_asked(item: pytest.Item) -> str | None:
+# Which tests ask for the features set up (they fail, naming the plugin, if they cannot be).
+def _asked(item: pytest.Item) -> str | None:
     from .core.markers import marker_asked
-
-    return marker_asked(item)
-
-
-def _asked_by_suite_option(item: pytest.Item) -> str | None:
     from .suite import asked_by_suite_option
 
-    return asked_by_suite_option(item)
+    return marker_asked(item) or asked_by_suite_option(item)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
+    register(pluginmanager, Features(), plugin_names.FEATURES)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,57 +46,142 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> object:
+    """The fault guard's session starts before any part's code runs."""
+    start_session(config)
+    return (yield)
+
+
 @pytest.hookimpl(tryfirst=True)
-@ours(_PRINTING, starts_session=True)
-def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    from .core.options import plugin_options
-
-    if not plugin_options(config).settings:
-        return None
-    from .core.settings import print_settings
-
-    print_settings()
-    return 0
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that asked for a part of the plugin that failed errors."""
+    fail_unhonoured(item)
 
 
-@pytest.hookimpl(trylast=True)  # after pytest's threading.excepthook: the report chains to it
-@ours(_SETTING_UP, honours=lambda item: _marker_asked(item) or _asked_by_suite_option(item))
-def pytest_configure(config: pytest.Config) -> None:
-    from .core.markers import MAIN_THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, THREAD_MARKER_DOC
-    from .core.options import plugin_options
-    from .core.session import PluginSession, start_plugin_session
+class Features:
+    """The session's features: set up as the options ask, the marker features loaded once a
+    collected test carries a marker, and each marked test checked at its setup."""
 
-    for doc in (THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, MAIN_THREAD_MARKER_DOC):
-        config.addinivalue_line("markers", doc)
-    options = plugin_options(config)
-    session = PluginSession(config, options, recording=bool(options.report or options.fail_on))
-    start_plugin_session(session)
-    _start_notices(config)
-    if options.guard != "off":
-        _start_leak_guard(session)
-    if options.applies_markers:
-        from .suite import SuitePlugin
+    parts = (
+        Part("cudagraph_guard", "its features for this session", honours=_asked),
+        Part("--cudagraph-settings", "the settings printed", hooks=("pytest_cmdline_main",)),
+        Part(
+            "cudagraph_subprocess",
+            "test processes started while collecting",
+            hooks=("pytest_collectstart",),
+        ),
+        Part(
+            "cudagraph_guard", "the setup checks of marked tests", hooks=("pytest_runtest_setup",)
+        ),
+    )
 
-        config.pluginmanager.register(SuitePlugin(session), plugin_names.SUITE)
-    if options.on:
-        from .suite import CudagraphsOn
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_cmdline_main(self, config: pytest.Config) -> int | None:
+        from .core.options import plugin_options
 
-        config.pluginmanager.register(CudagraphsOn(session), plugin_names.CUDAGRAPHS_ON)
-    if session.recording:
-        _start_report(session)
+        if not plugin_options(config).settings:
+            return None
+        from .core.settings import print_settings
+
+        print_settings()
+        return 0
+
+    @pytest.hookimpl(trylast=True)  # after pytest's threading.excepthook: the report chains to it
+    def pytest_configure(self, config: pytest.Config) -> None:
+        from .core.markers import MAIN_THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, THREAD_MARKER_DOC
+        from .core.options import plugin_options
+        from .core.session import PluginSession, start_plugin_session
+
+        for doc in (THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, MAIN_THREAD_MARKER_DOC):
+            config.addinivalue_line("markers", doc)
+        options = plugin_options(config)
+        session = PluginSession(config, options, recording=bool(options.report or options.fail_on))
+        start_plugin_session(session)
+        _start_notices(config)
+        if options.guard != "off":
+            _start_leak_guard(session)
+        if options.applies_markers:
+            from .suite import SuitePlugin
+
+            register(config.pluginmanager, SuitePlugin(session), plugin_names.SUITE)
+        if options.on:
+            from .suite import CudagraphsOn
+
+            register(config.pluginmanager, CudagraphsOn(session), plugin_names.CUDAGRAPHS_ON)
+        if session.recording:
+            _start_report(session)
+
+    def pytest_collectstart(self, collector: pytest.Collector) -> None:
+        """A module whose tests will run in processes of their own gets its first test process
+        started before the module is imported, so that their imports overlap."""
+        if not isinstance(collector, pytest.Module) or collector.config.option.collectonly:
+            return
+        from .core.session import plugin_session
+
+        session = plugin_session(collector.config)
+        if session is None or session.in_test_process:
+            return
+        if session.options.subprocess or _names_marker(collector):
+            _isolation(session).prestart()
+
+    @pytest.hookimpl(trylast=True)  # whatever the hooks of collection did, the tests are final now
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The marker features' per-test hooks, registered once a collected test carries their
+        marker (its own, or one that a suite option applied): a session without one pays nothing
+        per test."""
+        from .core.markers import plugin_marks
+        from .core.session import plugin_session
+
+        shared = plugin_session(session.config)
+        if shared is None:
+            return
+        marks = [(item, plugin_marks(item)) for item in session.items]
+        in_threads = [item for item, (thread, _) in marks if thread is not None]
+        in_processes = [item for item, (_, process) in marks if process is not None]
+        if in_threads:
+            from .threads.plugin import start_threads
+
+            start_threads(shared, in_threads)
+        if in_processes and not shared.in_test_process:
+            _isolation(shared).start()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """A marked test: its marker's arguments checked; skipped without torch (where the
+        marker is the test's own: a suite option runs a torch-free test all the same) or without
+        a CUDA device that the marker requires."""
+        from .core.markers import applied_by_option, main_thread_marks, plugin_marks
+        from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
+
+        thread_mark, process_mark = plugin_marks(item)
+        if main_thread_marks(item):
+            _fail_main_thread_misuse(item)
+        if thread_mark is None and process_mark is None:
+            return
+        torch_installed = _torch_installed()
+        failure, require_cuda = _check_markers(item, thread_mark, process_mark, torch_installed)
+        if failure is not None:  # outside the handler: one message, with no chained exception
+            pytest.fail(failure, pytrace=False)
+        if not torch_installed:
+            if applied_by_option(item) is None:
+                skip_test(NO_TORCH)
+            return
+        if require_cuda and not _torch.cuda_visible():
+            skip_test(NO_CUDA)
 
 
 def _start_notices(config: pytest.Config) -> None:
     from .notices import NoticesPlugin
 
-    config.pluginmanager.register(NoticesPlugin(), plugin_names.NOTICES)
+    register(config.pluginmanager, NoticesPlugin(), plugin_names.NOTICES)
 
 
 def _start_leak_guard(session: PluginSession) -> None:
     from .leak_guard import LeakGuard
 
     guard = LeakGuard(session.options.guard)
-    session.config.pluginmanager.register(guard, plugin_names.LEAK_GUARD)
+    register(session.config.pluginmanager, guard, plugin_names.LEAK_GUARD)
     session.config.add_cleanup(guard.close)
     session.take_in = guard.take_in
     session.take_baseline_early = guard.take_baseline_early
@@ -119,87 +197,21 @@ def _start_report(session: PluginSession) -> None:
     config, options = session.config, session.options
     report = ReportPlugin(session)
     report.start()
-    config.pluginmanager.register(report, plugin_names.REPORT)
+    register(config.pluginmanager, report, plugin_names.REPORT)
     start_crash_journal(config, xdist_controller=session.xdist_controller)
     if session.xdist_worker or session.xdist_controller:
         from .report.wire import RecordWire
 
-        config.pluginmanager.register(RecordWire(sending=session.xdist_worker))
+        register(config.pluginmanager, RecordWire(sending=session.xdist_worker))
     if getattr(config.option, "xmlpath", None):
         from .report.junit import JUnitProperties
 
-        config.pluginmanager.register(JUnitProperties())
+        register(config.pluginmanager, JUnitProperties())
     if options.report and session.gathers_reports:
         from .report.writer import ReportWriter
 
         writer = ReportWriter(list(options.report), options.as_record())
-        config.pluginmanager.register(writer, plugin_names.REPORT_WRITER)
-
-
-@ours(_AHEAD)
-def pytest_collectstart(collector: pytest.Collector) -> None:
-    """A module whose tests will run in processes of their own gets its first test process
-    started before the module is imported, so that their imports overlap."""
-    if not isinstance(collector, pytest.Module) or collector.config.option.collectonly:
-        return
-    from .core.session import plugin_session
-
-    session = plugin_session(collector.config)
-    if session is None or session.in_test_process:
-        return
-    if session.options.subprocess or _names_marker(collector):
-        _isolation(session).prestart()
-
-
-@pytest.hookimpl(trylast=True)  # whatever the hooks of collection did, the tests are final now
-@ours(_SETTING_UP, honours=_marker_asked)
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """The marker features' per-test hooks, registered once a collected test carries their
-    marker (its own, or one that a suite option applied): a session without one pays nothing
-    per test."""
-    from .core.markers import plugin_marks
-    from .core.session import plugin_session
-
-    shared = plugin_session(session.config)
-    if shared is None:
-        return
-    marks = [(item, plugin_marks(item)) for item in session.items]
-    in_threads = [item for item, (thread, _) in marks if thread is not None]
-    in_processes = [item for item, (_, process) in marks if process is not None]
-    if in_threads:
-        from .threads.plugin import start_threads
-
-        start_threads(shared, in_threads)
-    if in_processes and not shared.in_test_process:
-        _isolation(shared).start()
-
-
-@pytest.hookimpl(tryfirst=True)
-@ours(_CHECKING_MARKED)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A marked test: its marker's arguments checked; skipped without torch (where the marker is
-    the test's own: a suite option runs a torch-free test all the same) or without a CUDA
-    device that the marker requires. A test that asked for a part of the plugin that failed
-    errors."""
-    from .core.markers import applied_by_option, main_thread_marks, plugin_marks
-    from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
-
-    fail_unhonoured(item)
-    thread_mark, process_mark = plugin_marks(item)
-    if main_thread_marks(item):
-        _fail_main_thread_misuse(item)
-    if thread_mark is None and process_mark is None:
-        return
-    torch_installed = _torch_installed()
-    failure, require_cuda = _check_markers(item, thread_mark, process_mark, torch_installed)
-    if failure is not None:  # outside the handler: one message, with no chained exception
-        pytest.fail(failure, pytrace=False)
-    if not torch_installed:
-        if applied_by_option(item) is None:
-            skip_test(NO_TORCH)
-        return
-    if require_cuda and not _torch.cuda_visible():
-        skip_test(NO_CUDA)
+        register(config.pluginmanager, writer, plugin_names.REPORT_WRITER)
 
 
 def _fail_main_thread_misuse(item: pytest.Item) -> None:

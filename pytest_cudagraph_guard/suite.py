@@ -12,19 +12,18 @@ import pytest
 
 from . import _torch
 from .core.facts import applied_by_key
+from .core.fault_guard import Part
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
 from .core.options import applied_lines, plugin_options
-from .core.ours import ours
 
 if TYPE_CHECKING:
     from .core.session import PluginSession
 
 ON_OPTION: Final = "--cudagraph-on"
-_SWITCHING: Final = _torch.Loss(ON_OPTION, "CUDA graphs on for the tests of this process")
 
 T = TypeVar("T")
 
-_APPLYING = _torch.Loss("--cudagraph-threads/--cudagraph-subprocess", "the suite's tests marked")
+_APPLIERS: Final = "--cudagraph-threads/--cudagraph-subprocess"
 
 
 def asked_by_suite_option(item: pytest.Item) -> str | None:
@@ -40,6 +39,15 @@ class SuitePlugin:
     """Marks the suite's tests as the options ask, after the hooks of collection that select or
     mark them (``trylast``); the marker features look once collection has finished."""
 
+    parts = (
+        Part(_APPLIERS, "the suite's tests marked", honours=asked_by_suite_option),
+        Part(
+            _APPLIERS,
+            "the header's count of tests marked",
+            hooks=("pytest_report_collectionfinish",),
+        ),
+    )
+
     def __init__(self, session: PluginSession) -> None:
         options = session.options
         self.marks: list[pytest.MarkDecorator] = []
@@ -53,7 +61,6 @@ class SuitePlugin:
         self.applied: Counter[str] = Counter()  # tests by the option (or ini key) that marked them
 
     @pytest.hookimpl(trylast=True)
-    @ours(_APPLYING, honours=asked_by_suite_option)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             if _keeps_its_own(item):
@@ -63,7 +70,6 @@ class SuitePlugin:
                 item.stash[applied_by_key] = self.appliers[mark.name]
                 self.applied[self.appliers[mark.name]] += 1
 
-    @ours(_APPLYING)
     def pytest_report_collectionfinish(self) -> list[str]:
         return applied_lines(self.applied)
 
@@ -84,16 +90,19 @@ class CudagraphsOn:
     test (its threads carry them in), put back after it; through the leak guard's ``take_in``,
     neither is a change of the test's. A test in a test process of its own gets them there."""
 
+    parts = (
+        Part(ON_OPTION, "CUDA graphs on for the tests of this process", honours=_asked_on),
+        Part(ON_OPTION, "the header's line saying so", hooks=("pytest_report_collectionfinish",)),
+    )
+
     def __init__(self, session: PluginSession) -> None:
         self.session = session
         self.stopped = False
 
-    @ours(_SWITCHING)
     def pytest_report_collectionfinish(self) -> str:
         return f"triton.cudagraphs and triton.cudagraph_trees on for every test by {ON_OPTION}"
 
     @pytest.hookimpl(wrapper=True)
-    @ours(_SWITCHING, honours=_asked_on)
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:

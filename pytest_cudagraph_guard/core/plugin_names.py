@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
+FEATURES: Final = "cudagraph_guard.features"
 LEAK_GUARD: Final = "cudagraph_guard.leak_guard"
 THREADS: Final = "cudagraph_guard.threads"
 ISOLATION_RUNS: Final = "cudagraph_guard.isolation.runs"

@@ -12,21 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .. import _torch
 from ..core import plugin_names
+from ..core.fault_guard import Part, register
 from ..core.marker_arguments import item_subprocess_options, main_thread_misuse
 from ..core.markers import MarkerError, plugin_marks, subprocess_marker_asked
-from ..core.ours import ours
 from . import timeouts
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession
     from .pool import SubprocessRunner
 
-_PROCESSES = _torch.Loss("cudagraph_subprocess", "running marked tests in processes of their own")
-_ENDING = _torch.Loss(
-    "cudagraph_subprocess", "the test processes' session ends waited for at the session's end"
-)
 _isolation_key = pytest.StashKey["IsolationPlugin"]()
 
 
@@ -39,6 +34,19 @@ class IsolationPlugin:
     """Runs each marked test in a test process of its own and replays its reports here. Owns
     the session's test processes (through its runner), ended with the session. Its hook is
     registered (``start``) once a collected test carries the marker."""
+
+    parts = (
+        Part(
+            "cudagraph_subprocess",
+            "running marked tests in processes of their own",
+            honours=subprocess_marker_asked,
+        ),
+        Part(
+            "cudagraph_subprocess",
+            "the test processes' session ends waited for at the session's end",
+            hooks=("pytest_sessionfinish",),
+        ),
+    )
 
     def __init__(self, session: PluginSession) -> None:
         self.session = session
@@ -53,10 +61,9 @@ class IsolationPlugin:
     def start(self) -> None:
         manager = self.session.config.pluginmanager
         if not manager.is_registered(self):
-            manager.register(self, plugin_names.ISOLATION_RUNS)
+            register(manager, self, plugin_names.ISOLATION_RUNS)
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_PROCESSES, honours=subprocess_marker_asked)
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> bool | None:
@@ -77,7 +84,6 @@ class IsolationPlugin:
         return True
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
-    @ours(_PROCESSES)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
         """pytest-timeout's timer, for a test that runs in a process of its own: set in that
         process (its session loads pytest-timeout as this one does), not in this one, which
@@ -88,7 +94,6 @@ class IsolationPlugin:
         return True
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_ENDING)
     def pytest_sessionfinish(self, exitstatus: int | pytest.ExitCode) -> None:
         """Before the session's own end: its test processes end theirs (an interrupted session
         ends them at once)."""

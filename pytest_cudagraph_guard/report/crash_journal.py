@@ -25,6 +25,7 @@ from .. import _torch
 from ..core.death import WORKER_FAULTS, WORKER_JOURNAL, worker_died
 from ..core.environment import UserEnvReader, user_torch_env
 from ..core.facts import journal_path_key
+from ..core.fault_guard import Part, register
 from ..core.journal import (
     COMPILED,
     COMPILING,
@@ -34,7 +35,6 @@ from ..core.journal import (
     Action,
     JournalWriter,
 )
-from ..core.ours import ours
 
 # The events that change what the journal says a process is doing.
 _DOING: Final[dict[type, str]] = {
@@ -50,11 +50,12 @@ _JOURNAL_LOSS: Final = _torch.Loss(
 _FAULTS_LOSS: Final = _torch.Loss(
     "--cudagraph-report", "the signal of a dead xdist worker, and pytest's fault handler given back"
 )
-_READING: Final = _torch.Loss("--cudagraph-report", "the records of tests whose xdist worker died")
 
 
 class CrashJournal:
     """Writes this process's journal while tests run; observes torch once it is loaded."""
+
+    parts = (Part(*_JOURNAL_LOSS),)
 
     def __init__(self, path_of: Callable[[], str | None]) -> None:
         self._path_of = path_of
@@ -63,7 +64,6 @@ class CrashJournal:
         self._env = UserEnvReader()
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_JOURNAL_LOSS)
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         path = self._path_of()
         if path is None:
@@ -109,13 +109,14 @@ class WorkerFaults:
     (the worker's stderr reaches no test's failure), and given back to pytest's own fault
     handler before pytest's ``faulthandler`` plugin ends it."""
 
+    parts = (Part(*_FAULTS_LOSS),)
+
     def __init__(self, path: str) -> None:
         self._enabled_before = faulthandler.is_enabled()
         self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115
         faulthandler.enable(file=self._file, all_threads=True)
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_FAULTS_LOSS)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         pytest_stderr = _pytest_fault_fd(config)
         if pytest_stderr is not None:
@@ -140,6 +141,8 @@ def _pytest_fault_fd(config: pytest.Config) -> int | None:
 class WorkerCrashes:
     """Registered on xdist's controller: gives each worker its files, reads a dead one's."""
 
+    parts = (Part("--cudagraph-report", "the records of tests whose xdist worker died"),)
+
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self._folder: Path | None = None
@@ -151,14 +154,12 @@ class WorkerCrashes:
         return self._folder
 
     @pytest.hookimpl(optionalhook=True)
-    @ours(_READING)
     def pytest_configure_node(self, node: Any) -> None:
         worker = str(node.gateway.id)
         node.workerinput[WORKER_JOURNAL] = str(self._files() / f"{worker}.journal")
         node.workerinput[WORKER_FAULTS] = str(self._files() / f"{worker}.faults")
 
     @pytest.hookimpl(optionalhook=True)
-    @ours(_READING)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         worker_died(crashitem, report, self.config, env=user_torch_env())
 
@@ -168,15 +169,15 @@ def start_crash_journal(config: pytest.Config, *, xdist_controller: bool) -> Non
     process will read them after a crash: a worker whose controller asked, or a test process;
     on xdist's controller, what gives the workers their files and reads a dead one's."""
     if xdist_controller:
-        config.pluginmanager.register(WorkerCrashes(config))
+        register(config.pluginmanager, WorkerCrashes(config))
     workerinput: dict[str, object] = getattr(config, "workerinput", {})
     path_of: Callable[[], str | None] | None = config.stash.get(journal_path_key, None)
     if WORKER_JOURNAL in workerinput:
         journal_path = str(workerinput[WORKER_JOURNAL])
         path_of = lambda: journal_path  # noqa: E731
-        config.pluginmanager.register(WorkerFaults(str(workerinput[WORKER_FAULTS])))
+        register(config.pluginmanager, WorkerFaults(str(workerinput[WORKER_FAULTS])))
     if path_of is None:
         return
     journal = CrashJournal(path_of)
-    config.pluginmanager.register(journal)
+    register(config.pluginmanager, journal)
     config.add_cleanup(journal.close)

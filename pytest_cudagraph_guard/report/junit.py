@@ -8,8 +8,7 @@ from typing import Final, cast
 
 import pytest
 
-from .. import _torch
-from ..core.ours import ours
+from ..core.fault_guard import Part
 from ..core.records import USER_PROPERTY, TestRecord
 from .entries import cut, grouped, record_entries
 
@@ -17,14 +16,14 @@ KIND_PROPERTY: Final = "cudagraph_kind"
 MESSAGE_PROPERTY: Final = "cudagraph_message"
 HINT_PROPERTY: Final = "cudagraph_hint"
 MESSAGE_WIDTH: Final = 300
-_JUNIT: Final = _torch.Loss("--cudagraph-report", "kinds and hints as JUnit XML properties")
 
 
 class JUnitProperties:
     """Registered where the session writes JUnit XML (``--junitxml``)."""
 
+    parts = (Part("--cudagraph-report", "kinds and hints as JUnit XML properties"),)
+
     @pytest.hookimpl(tryfirst=True)  # before pytest's junitxml reads the properties
-    @ours(_JUNIT)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """The record's kinds and hints as JUnit properties, where the record is final: here,
         or in the process that gathers the reports of xdist workers and test processes."""

@@ -13,8 +13,8 @@ from .. import _torch
 from ..core.diagnosis import error_record, hook_diagnoser
 from ..core.environment import UserEnvReader
 from ..core.facts import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
+from ..core.fault_guard import Part
 from ..core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
-from ..core.ours import ours
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
 from ..core.records import (
     USER_PROPERTY,
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER, MAIN_THREAD_MARKER)
-_RECORDING = _torch.Loss("--cudagraph-report", "the records of tests")
 
 
 class TestState:
@@ -56,6 +55,8 @@ class ReportPlugin:
     """Observes each test where it runs and builds its record; registered while a report is
     asked for or ``--cudagraph-fail-on`` needs the records. Errors of threads that a test
     started itself reach the record through ``threading.excepthook``."""
+
+    parts = (Part("--cudagraph-report", "the records of tests"),)
 
     def __init__(self, session: PluginSession) -> None:
         config = self.config = session.config
@@ -83,7 +84,6 @@ class ReportPlugin:
     # -- hooks ---------------------------------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_RECORDING)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self._thread_watch.cover_phase()
         activity = None
@@ -96,7 +96,6 @@ class ReportPlugin:
         item.stash[test_state_key] = TestState(activity)
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_RECORDING)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
         """The main thread's settings when the body starts, fixtures applied."""
         self._thread_watch.cover_phase()
@@ -105,12 +104,10 @@ class ReportPlugin:
             state.activity.main_settings = _torch.cudagraph_switches_here()
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_RECORDING)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         self._thread_watch.cover_phase()
 
     @pytest.hookimpl(wrapper=True)
-    @ours(_RECORDING)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:

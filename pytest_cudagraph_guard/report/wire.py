@@ -14,24 +14,23 @@ from typing import Any, Final
 
 import pytest
 
-from .. import _torch
-from ..core.ours import ours
+from ..core.fault_guard import Part
 from ..core.records import USER_PROPERTY
 
 # The serialized report's key that carries (the index of the record among the user properties,
 # the record as JSON).
 WIRE_KEY: Final = "cudagraph_record_json"
-_WIRE: Final = _torch.Loss("--cudagraph-report", "the records of tests run by xdist's workers")
 
 
 class RecordWire:
     """Registered in xdist's workers (``sending``) and on its controller."""
 
+    parts = (Part("--cudagraph-report", "the records of tests run by xdist's workers"),)
+
     def __init__(self, *, sending: bool) -> None:
         self._sending = sending
 
     @pytest.hookimpl(wrapper=True)
-    @ours(_WIRE)
     def pytest_report_to_serializable(
         self, config: pytest.Config, report: pytest.CollectReport | pytest.TestReport
     ) -> Any:
@@ -41,7 +40,6 @@ class RecordWire:
         return data
 
     @pytest.hookimpl(tryfirst=True)
-    @ours(_WIRE)
     def pytest_report_from_serializable(self, config: pytest.Config, data: Any) -> None:
         """Before pytest's own implementation, which builds the report from ``data``."""
         if isinstance(data, dict):

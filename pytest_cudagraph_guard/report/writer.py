@@ -12,9 +12,9 @@ from typing import Final, cast
 import pytest
 
 from .. import _torch
+from ..core.fault_guard import Part
 from ..core.kinds import UNCLASSIFIED
 from ..core.options import ReportFormat, applied_lines
-from ..core.ours import ours
 from ..core.records import (
     USER_PROPERTY,
     Environment,
@@ -37,7 +37,6 @@ NOTHING_TO_SHOW: Final = "no test had an error, a finding, a leak or a CUDA-grap
 # The reports that carry a test's record: its teardown's, or pytest-xdist's for a test whose
 # worker died (its phase unknown, xdist says "???").
 RECORD_PHASES: Final = ("teardown", "???")
-_WRITING = _torch.Loss("--cudagraph-report", "the report's terminal section and files")
 
 
 class ReportWriter:
@@ -45,13 +44,14 @@ class ReportWriter:
     collects each test's record from its teardown report, prints the terminal section and
     writes the files."""
 
+    parts = (Part("--cudagraph-report", "the report's terminal section and files"),)
+
     def __init__(self, formats: list[ReportFormat], options: OptionsRecord | None = None) -> None:
         self.formats = formats
         self.options = options
         self.records: dict[str, TestRecord] = {}
         self.file_lines: list[tuple[str, bool]] = []  # what became of each file; True: an error
 
-    @ours(_WRITING)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when not in RECORD_PHASES:
             return
@@ -61,7 +61,6 @@ class ReportWriter:
             self.records[report.nodeid] = cast(TestRecord, record)  # JSON across processes
 
     @pytest.hookimpl(trylast=True)
-    @ours(_WRITING)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if any(f.kind in TERMINAL_KINDS for f in self.formats):
             self._terminal_section(terminalreporter)
@@ -87,7 +86,6 @@ class ReportWriter:
         for line in summary_lines(records):
             terminalreporter.write_line(line)
 
-    @ours(_WRITING)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         document = None
         for fmt in self.formats:

@@ -10,16 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .. import _torch
 from ..core import plugin_names
+from ..core.fault_guard import Part, register
 from ..core.markers import plugin_marks, thread_marker_asked
-from ..core.ours import ours
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession
     from .run import ThreadSession
 
-_THREADS = _torch.Loss("cudagraph_thread", "running marked tests in threads")
+_THREADS = Part("cudagraph_thread", "running marked tests in threads", honours=thread_marker_asked)
 
 
 def _unittest_case_asked(item: pytest.Item) -> str | None:
@@ -36,20 +35,21 @@ def start_threads(session: PluginSession, marked: list[pytest.Item]) -> None:
     from .unittest_cases import is_unittest_case
 
     threads = ThreadSession(session)
-    register = session.config.pluginmanager.register
-    register(ThreadedCalls(threads), f"{plugin_names.THREADS}.calls")
+    pluginmanager = session.config.pluginmanager
+    register(pluginmanager, ThreadedCalls(threads), f"{plugin_names.THREADS}.calls")
     if any(is_unittest_case(item) for item in marked):
-        register(ThreadedCases(threads), f"{plugin_names.THREADS}.cases")
+        register(pluginmanager, ThreadedCases(threads), f"{plugin_names.THREADS}.cases")
 
 
 class ThreadedCalls:
     """Runs the call of each test function marked ``cudagraph_thread`` in the marker's threads."""
 
+    parts = (_THREADS,)
+
     def __init__(self, session: ThreadSession) -> None:
         self.session = session
 
     @pytest.hookimpl(wrapper=True)
-    @ours(_THREADS, honours=thread_marker_asked)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
         __tracebackhide__ = True
         mark = plugin_marks(pyfuncitem)[0]
@@ -63,7 +63,6 @@ class ThreadedCalls:
             pyfuncitem.obj = body
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
-    @ours(_THREADS)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> object:
         """pytest-timeout's ``thread`` method ends the whole process at a timeout. A marked
         test's body runs in threads of its own while the main thread waits for them, so the
@@ -84,11 +83,12 @@ class ThreadedCases:
     """Runs each marked ``unittest.TestCase`` test (whose ``setUp`` and ``tearDown`` pytest runs
     in the call phase) in the marker's threads, through its ``runtest``."""
 
+    parts = (_THREADS._replace(honours=_unittest_case_asked),)
+
     def __init__(self, session: ThreadSession) -> None:
         self.session = session
 
     @pytest.hookimpl(wrapper=True)
-    @ours(_THREADS, honours=_unittest_case_asked)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         __tracebackhide__ = True
         mark = plugin_marks(item)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ..guard.faults import make_faults
 from .conftest import STRICT_INI, counts, no_internal_error
 
 READS_CONFIG = """
@@ -92,9 +93,7 @@ def test_the_plugins_notices_reach_the_summary_and_fail_no_test(
 ) -> None:
     eco.makeini(STRICT_INI)
     eco.makepyfile(READS_CONFIG)
-    monkeypatch.setenv(
-        "PYTEST_CUDAGRAPH_GUARD_FAULT", "leak_guard.LeakGuard.pytest_runtest_teardown"
-    )
+    make_faults(eco, monkeypatch, "leak_guard.LeakGuard.pytest_runtest_teardown")
     result = eco.runpytest()
     no_internal_error(result)
     assert counts(result) == {"passed": 2, "warnings": 1}

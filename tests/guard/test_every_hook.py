@@ -1,108 +1,89 @@
-"""Every hook implementation and fixture of the plugin, found by introspection, runs its own code
-under the one guard (``core.ours``): made to fail (``PYTEST_CUDAGRAPH_GUARD_FAULT``) before or
-after its ``yield``, no test's outcome changes, one ``CudagraphGuardWarning`` says so, and a test
-that asked for what the failed code does fails naming the plugin, never passing silently. Faults
-of different parts of the plugin (what a failure turns off: its loss) share a session (each part
-turns off alone, so each fault fires and is warned once). In a test process, each fault has a
-marked test of its own, all in one session; a session of the faults of the session's own process
-has a marked test where one of its faults meets one there (each session's first test process
-costs a zygote's torch)."""
+"""Every hook implementation and fixture of the plugin, found by introspection, is of a part of
+the plugin and runs its own code under that part's guard (``core.fault_guard``): made to fail
+(``faults``: a conftest's monkeypatch of its class) before or after its ``yield``, no test's
+outcome changes, one ``CudagraphGuardWarning`` says so, and a test that asked for what the
+failed code does fails naming the plugin, never passing silently. Faults of different parts of
+the plugin (what a failure turns off: its loss) share a session (each part turns off alone, so
+each fault fires and is warned once). In a test process, each fault has a marked test of its
+own, all in one session; a session of the faults of the session's own process has a marked test
+where one of its faults meets one there (each session's first test process costs a zygote's
+torch)."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
-import pkgutil
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
-import pytest_cudagraph_guard
-from pytest_cudagraph_guard.core.ours import (
-    AFTER,
-    BEFORE,
-    FAULT_VARIABLE,
-    Guarded,
-    fault_entry,
-    guarded_of,
-    injected_message,
-)
+from pytest_cudagraph_guard.core.fault_guard import hooks_of
 
 from ..helpers import read_report
+from .faults import (
+    AFTER,
+    BEFORE,
+    FAULTS_VARIABLE,
+    Fault,
+    Hook,
+    hooks,
+    make_faults,
+    parted_classes,
+    plugin_modules,
+    short,
+)
 
-# Hooks that declare the plugin's hookspecs and options: the user's command line, ini and
-# conftests name what they declare, so their failure cannot be contained; they run no code
-# that depends on torch or on a test.
-DECLARATIONS = frozenset({"plugin.pytest_addhooks", "plugin.pytest_addoption"})
-_PACKAGE = pytest_cudagraph_guard.__name__
+# The plugin module's own hooks: those that declare the plugin's hookspecs and options (the
+# user's command line, ini and conftests name what they declare, so their failure cannot be
+# contained) and the guard's session (its start, and the tests whose part failed). They run no
+# code that depends on torch or on a test.
+UNGUARDED = frozenset(
+    {
+        "plugin.pytest_addhooks",
+        "plugin.pytest_addoption",
+        "plugin.pytest_cmdline_main",
+        "plugin.pytest_runtest_setup",
+    }
+)
 # Hooks that run only in pytest-xdist's workers or controller: a session of their own.
 XDIST_ONLY = (
     "report.crash_journal.WorkerCrashes.",
     "report.crash_journal.WorkerFaults.",
     "report.wire.",
 )
-
-
-def _short(module: str) -> str:
-    return module.removeprefix(f"{_PACKAGE}.")
+# pytest-timeout's hook: called only where it is installed (the oldest pytest's run has none).
+PYTEST_TIMEOUT_HOOK = "pytest_timeout_set_timer"
+HAS_PYTEST_TIMEOUT = importlib.util.find_spec("pytest_timeout") is not None
 
 
 def _is_fixture(value: object) -> bool:
     return hasattr(value, "_fixture_function_marker") or hasattr(value, "_pytestfixturefunction")
 
 
-def hooks_and_fixtures() -> dict[str, object]:
+def hooks_and_fixtures() -> tuple[set[str], set[str]]:
     """Every ``pytest_*`` function and method, and every fixture, defined in the package."""
-    found: dict[str, object] = {}
-    for info in pkgutil.walk_packages(pytest_cudagraph_guard.__path__, f"{_PACKAGE}."):
-        if info.name.endswith((".hookspecs", ".__main__")):
-            continue  # specs for other plugins; the command line of test processes
-        module = importlib.import_module(info.name)
+    functions: set[str] = set()
+    fixtures: set[str] = set()
+    for module in plugin_modules():
+        name_of = short(module.__name__)
         for name, value in vars(module).items():
-            if getattr(value, "__module__", None) != module.__name__:
-                continue
-            if isinstance(value, type):
-                owner = f"{_short(module.__name__)}.{value.__qualname__}"
-                for attribute, member in vars(value).items():
-                    if attribute.startswith("pytest_"):
-                        found[f"{owner}.{attribute}"] = member
-            elif name.startswith("pytest_") or _is_fixture(value):
-                found[f"{_short(module.__name__)}.{name}"] = value
-    return found
-
-
-def _guarded() -> list[Guarded]:
-    return [g for g in map(guarded_of, hooks_and_fixtures().values()) if g is not None]
-
-
-class Fault(NamedTuple):
-    """One guarded function made to fail before or after its ``yield``."""
-
-    guarded: Guarded
-    where: str
-
-    @property
-    def spec(self) -> str:
-        return fault_entry(self.guarded.name, self.where)
-
-    @property
-    def raised(self) -> str:
-        return injected_message(self.guarded.name, self.where)
-
-
-# pytest-timeout's hook: called only where it is installed (the oldest pytest's run has none).
-PYTEST_TIMEOUT_HOOK = ".pytest_timeout_set_timer"
-HAS_PYTEST_TIMEOUT = importlib.util.find_spec("pytest_timeout") is not None
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                owner = f"{name_of}.{value.__qualname__}"
+                functions |= {f"{owner}.{a}" for a in vars(value) if a.startswith("pytest_")}
+            elif _is_fixture(value):
+                fixtures.add(name)
+            elif name.startswith("pytest_") and callable(value):
+                functions.add(f"{short(value.__module__)}.{name}")
+    return functions, fixtures
 
 
 def _faults(*, under_xdist: bool = False) -> list[Fault]:
     return [
-        Fault(guarded, where)
-        for guarded in _guarded()
-        if guarded.name.startswith(XDIST_ONLY) == under_xdist
-        and (HAS_PYTEST_TIMEOUT or not guarded.name.endswith(PYTEST_TIMEOUT_HOOK))
-        for where in ((BEFORE, AFTER) if guarded.generator else (BEFORE,))
+        Fault(hook, where)
+        for hook in hooks()
+        if hook.qualname.startswith(XDIST_ONLY) == under_xdist
+        and (HAS_PYTEST_TIMEOUT or hook.name != PYTEST_TIMEOUT_HOOK)
+        for where in ((BEFORE, AFTER) if hook.generator else (BEFORE,))
     ]
 
 
@@ -128,48 +109,47 @@ ALONE = (
     "isolation.plugin.IsolationPlugin.pytest_runtest_protocol",
     "notices.",
     "suite.",
-    "plugin.pytest_runtest_setup",
-    "plugin.pytest_configure",
-    "plugin.pytest_collection_finish",
+    "plugin.Features.pytest_runtest_setup",
+    "plugin.Features.pytest_configure",
+    "plugin.Features.pytest_collection_finish",
 )
 
 
-def _part(guarded: Guarded) -> object:
+def _part(hook: Hook) -> object:
     """The part of the plugin a failure turns off (its loss: a failure stops and is warned once
     per loss), or that must run for the code to run at all: the fixtures count as one, since a
     test that asks for several stops at the first that fails; the crash journal is written for
     tests in processes of their own only."""
-    if guarded.name.startswith("fixtures."):
+    if hook.owner.startswith("fixtures."):
         return "fixtures"
-    if guarded.name.startswith("report.crash_journal.CrashJournal."):
+    if hook.owner == "report.crash_journal.CrashJournal":
         return "cudagraph_subprocess"
-    return guarded.loss
+    return hook.part.loss
 
 
 def _knocks_out(fault: Fault) -> bool:
     """A fault before the code of a part that tests ask for by name: those tests fail at once,
     and no other fault would meet them."""
-    return fault.guarded.honours is not None and fault.where == BEFORE
+    return fault.hook.part.honours is not None and fault.where == BEFORE
 
 
 def _by_part(faults: list[Fault]) -> list[tuple[Fault, ...]]:
     """``faults`` in as few sessions as have no part twice."""
     by_part: dict[object, list[Fault]] = {}
     for fault in faults:
-        by_part.setdefault(_part(fault.guarded), []).append(fault)
+        by_part.setdefault(_part(fault.hook), []).append(fault)
     rounds = max(map(len, by_part.values()), default=0)
     return [tuple(part[i] for part in by_part.values() if i < len(part)) for i in range(rounds)]
 
 
 def _in_a_test_process(fault: Fault) -> bool:
-    return fault.guarded.name.startswith(IN_A_TEST_PROCESS)
+    return fault.hook.owner.startswith(IN_A_TEST_PROCESS)
 
 
 def _meets_a_marked_test_here(fault: Fault) -> bool:
     """Whether the fault's code runs in the session's own process for a marked test (its
     protocol, its reports, the session's hooks), beside what it does in the test's process."""
-    name = fault.guarded.name
-    in_phases = name.startswith("fixtures.") or name.rsplit(".", 1)[-1] in PHASE_HOOKS
+    in_phases = fault.hook.owner.startswith("fixtures.") or fault.hook.name in PHASE_HOOKS
     return not (in_phases or _in_a_test_process(fault))
 
 
@@ -180,7 +160,7 @@ def fault_sessions() -> list[tuple[Fault, ...]]:
     (In a test process, each fault has one of its own: ``test_a_failure_of_our_code_in_a_test
     _process_never_changes_an_outcome``.)"""
     faults = [fault for fault in _faults() if not _in_a_test_process(fault)]
-    shared = [fault for fault in faults if not fault.guarded.name.startswith(ALONE)]
+    shared = [fault for fault in faults if not fault.hook.qualname.startswith(ALONE)]
     return (
         [(fault,) for fault in faults if fault not in shared]
         + _by_part([fault for fault in shared if _knocks_out(fault)])
@@ -188,15 +168,34 @@ def fault_sessions() -> list[tuple[Fault, ...]]:
     )
 
 
-def test_every_hook_and_fixture_is_guarded_under_its_own_name() -> None:
-    found = hooks_and_fixtures()
-    assert set(found) >= DECLARATIONS
-    unguarded = sorted(name for name, value in found.items() if guarded_of(value) is None)
-    assert unguarded == sorted(DECLARATIONS)
-    for name, value in found.items():
-        guarded = guarded_of(value)
-        assert guarded is None or guarded.name == name
-    assert len(found) - len(DECLARATIONS) >= 35  # what there was when this test was written
+def test_every_hook_and_fixture_is_of_a_part_of_the_plugin() -> None:
+    """Every hook implementation in the package, but the plugin module's own, is of a class
+    that names its parts, and so is every fixture's code; each hook a part names is there."""
+    functions, fixtures = hooks_and_fixtures()
+    found = hooks()
+    assert functions - {hook.qualname for hook in found} == UNGUARDED
+    assert {hook.qualname for hook in found if hook.name.startswith("pytest_")} <= functions
+    assert {hook.name for hook in found if not hook.name.startswith("pytest_")} == fixtures
+    for owner in parted_classes():
+        named = [name for part in vars(owner)["parts"] for name in part.hooks]
+        assert all(hasattr(owner, name) for name in named), owner
+        assert len(named) == len(set(named)), owner
+    assert len(found) >= 52  # what there was when this test was written
+
+
+def _unguarded_in(result: pytest.RunResult) -> list[str]:
+    """The hooks of the inner session's plugin objects that it registered without their guard
+    (an object registers guarded ones on itself: ``core.fault_guard.guarded``)."""
+    config = result.reprec.getcall("pytest_sessionfinish").session.config  # type: ignore[attr-defined]
+    plugins = config.pluginmanager.get_plugins()
+    parted = [plugin for plugin in plugins if "parts" in vars(type(plugin))]
+    assert len(parted) >= 6  # the features, notices, leak guard, report, writer, threads
+    return [
+        f"{type(plugin).__qualname__}.{name}"
+        for plugin in parted
+        for name in hooks_of(plugin)
+        if name not in vars(plugin)
+    ]
 
 
 SUITE = """
@@ -250,7 +249,7 @@ WARNING = "CudagraphGuardWarning: cudagraph_guard internal error in "
 def _tests_with_a_fault_in_their_process(faults: list[Fault]) -> str:
     """One marked test per fault, the fault set in its own test process only."""
     return "".join(
-        f"\n\n@pytest.mark.cudagraph_subprocess(env={{{FAULT_VARIABLE!r}: {fault.spec!r}}})\n"
+        f"\n\n@pytest.mark.cudagraph_subprocess(env={{{FAULTS_VARIABLE!r}: {fault.spec!r}}})\n"
         f"def test_fault_in_its_process_{i}():\n    pass\n"
         for i, fault in enumerate(faults)
     )
@@ -267,8 +266,7 @@ def _run_suite(
     monkeypatch.setenv("SESSION_PID", str(os.getpid()))
     in_threads = "--cudagraph-threads=1" in args
     monkeypatch.setenv("PLAIN_THREAD", "cudagraph-thread-0" if in_threads else "MainThread")
-    if fault is not None:
-        monkeypatch.setenv(FAULT_VARIABLE, fault)
+    make_faults(ourtester, monkeypatch, *([] if fault is None else [fault]))
     result = ourtester.runpytest_inprocess(
         "-p", "no:cacheprovider", "-rA", "--cudagraph-report=json:r.json", *args
     )
@@ -293,15 +291,15 @@ def _warnings(output: str) -> list[str]:
     return [block.split("\n\n", 1)[0] for block in output.split(WARNING)[1:]]
 
 
-def _suite_args(guarded: Guarded) -> tuple[str, ...]:
+def _suite_args(hook: Hook) -> tuple[str, ...]:
     """The suite options' own hooks run only where an option applies them."""
-    if guarded.name.startswith("suite.CudagraphsOn."):
+    if hook.owner.startswith("suite.CudagraphsOn"):
         return ("--cudagraph-on",)
-    if guarded.name.startswith("report.junit."):
+    if hook.owner.startswith("report.junit."):
         return ("--junitxml=junit.xml",)
-    if guarded.name.endswith(PYTEST_TIMEOUT_HOOK):  # called by pytest-timeout, given a timeout
+    if hook.name == PYTEST_TIMEOUT_HOOK:  # called by pytest-timeout, given a timeout
         return ("-p", "timeout", "--timeout=300")
-    return ("--cudagraph-threads=1",) if guarded.name.startswith("suite.") else ()
+    return ("--cudagraph-threads=1",) if hook.owner.startswith("suite.") else ()
 
 
 @pytest.mark.parametrize(
@@ -313,14 +311,14 @@ def _suite_args(guarded: Guarded) -> tuple[str, ...]:
 def test_a_failure_of_our_code_never_changes_an_outcome(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, faults: tuple[Fault, ...]
 ) -> None:
-    suite_args = tuple(dict.fromkeys(arg for f in faults for arg in _suite_args(f.guarded)))
+    suite_args = tuple(dict.fromkeys(arg for f in faults for arg in _suite_args(f.hook)))
     marked = any(map(_meets_a_marked_test_here, faults))
     spec = ",".join(fault.spec for fault in faults)
     suite = SUITE + MARKED_TEST if marked else SUITE
     result, outcomes = _run_suite(ourtester, monkeypatch, spec, *suite_args, suite=suite)
     output = result.stdout.str()
     assert len(outcomes) == TESTS + marked, output
-    changes_the_suite = any(fault.guarded.name.startswith("suite.") for fault in faults)
+    changes_the_suite = any(fault.hook.owner.startswith("suite.") for fault in faults)
     _assert_named_or_passed(outcomes, output, plain_pass=not changes_the_suite, names=COULD_NOT_RUN)
     warnings = _warnings(output)
     assert len(warnings) == len(faults), output
@@ -368,7 +366,7 @@ def test_a_failure_of_our_code_in_a_test_process_never_changes_an_outcome(
     # Each fault is in its own test's process: where it is in the process's link to the
     # session, that test, and only that one of the suite's, cannot run.
     essential = {
-        f"test_fault_in_its_process_{i}" for i, f in enumerate(faults) if f.guarded.essential
+        f"test_fault_in_its_process_{i}" for i, f in enumerate(faults) if f.hook.part.essential
     }
     assert essential, output
     assert essential <= failed, output
@@ -388,9 +386,9 @@ def test_the_fault_sessions_make_each_fault_once_and_share_no_part() -> None:
     in_xdist = [fault for faults in xdist_fault_sessions() for fault in faults]
     assert sorted(in_xdist) == sorted(_faults(under_xdist=True))
     for faults in xdist_fault_sessions():
-        assert len({_part(fault.guarded) for fault in faults}) == len(faults)
+        assert len({_part(fault.hook) for fault in faults}) == len(faults)
     for faults in sessions:
-        parts = [_part(fault.guarded) for fault in faults]
+        parts = [_part(fault.hook) for fault in faults]
         assert len(faults) == 1 or len(parts) == len(set(parts))
         assert len({_knocks_out(fault) for fault in faults}) == 1
 
@@ -402,6 +400,7 @@ def test_without_a_fault_every_test_passes_where_it_asked_to_run(
     assert outcomes == {name: ("passed", []) for name in outcomes}, result.stdout.str()
     assert len(outcomes) == TESTS + 1
     assert WARNING not in result.stdout.str()
+    assert _unguarded_in(result) == []
 
 
 XDIST_SUITE = """
@@ -434,7 +433,7 @@ def test_a_failure_of_our_code_in_an_xdist_hook_never_changes_an_outcome(
 ) -> None:
     """A worker's crash and the tests around it end as they do without the faults."""
     ourtester.makepyfile(test_crash=XDIST_SUITE)
-    monkeypatch.setenv(FAULT_VARIABLE, ",".join(fault.spec for fault in faults))
+    make_faults(ourtester, monkeypatch, *(fault.spec for fault in faults))
     result = ourtester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-n", "1", "--cudagraph-report=json:r.json"
     )

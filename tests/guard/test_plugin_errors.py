@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_cudagraph_guard.core.fault_guard import PLUGIN_ERROR_HINT
 from pytest_cudagraph_guard.core.kinds import PLUGIN_ERROR
-from pytest_cudagraph_guard.core.ours import FAULT_VARIABLE
-from pytest_cudagraph_guard.core.plugin_errors import PLUGIN_ERROR_HINT
 
 from ..helpers import records_by_name
+from .faults import AFTER, injected_message, make_faults
 
 
 def test_a_failure_of_ours_in_a_test_is_a_plugin_error_entry_of_its_record(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(FAULT_VARIABLE, "fixtures.inductor_config:after")
+    make_faults(ourtester, monkeypatch, "fixtures.ConfigFixtures.inductor_config:after")
     ourtester.makepyfile(
         """
         def test_first(inductor_config):
@@ -37,14 +37,14 @@ def test_a_failure_of_ours_in_a_test_is_a_plugin_error_entry_of_its_record(
     records = records_by_name(ourtester.path / "r.json")
     assert records["test_first"]["errors"] == records["test_second"]["errors"]
     (entry,) = records["test_first"]["errors"]
+    assert entry.pop("traceback").endswith("raise InjectedFault(message)")  # the conftest's
     assert entry == {
         "thread": "MainThread",
-        "type": "pytest_cudagraph_guard.core.ours.InjectedFault",
-        "message": "inductor_config: torch._inductor.config guarded and restored: injected by "
-        f"{FAULT_VARIABLE} after fixtures.inductor_config's own code",
+        "type": "conftest.InjectedFault",
+        "message": "inductor_config: torch._inductor.config guarded and restored: "
+        + injected_message("fixtures.ConfigFixtures.inductor_config", AFTER),
         "kind": PLUGIN_ERROR,
         "hint": PLUGIN_ERROR_HINT,
-        "traceback": "",
     }
     assert records["test_first"]["outcome"] == "passed"
 
@@ -52,7 +52,7 @@ def test_a_failure_of_ours_in_a_test_is_a_plugin_error_entry_of_its_record(
 def test_a_fixture_that_cannot_be_set_up_errors_its_test_naming_the_plugin(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(FAULT_VARIABLE, "fixtures.dynamo_config")
+    make_faults(ourtester, monkeypatch, "fixtures.ConfigFixtures.dynamo_config")
     ourtester.makepyfile(
         """
         def test_asks(dynamo_config):
@@ -69,7 +69,7 @@ def test_a_fixture_that_cannot_be_set_up_errors_its_test_naming_the_plugin(
             "*ERROR at setup of test_asks*",
             "*cudagraph_guard could not run this test as the dynamo_config fixture asks: its "
             "dynamo_config part (torch._dynamo.config guarded and restored) failed with "
-            "pytest_cudagraph_guard.core.ours.InjectedFault: injected by *. This is a failure "
+            "conftest.InjectedFault: injected before *. This is a failure "
             "of the plugin, not of the test*",
         ]
     )
@@ -78,7 +78,7 @@ def test_a_fixture_that_cannot_be_set_up_errors_its_test_naming_the_plugin(
 def test_a_plugin_error_never_fails_a_test_under_fail_on(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(FAULT_VARIABLE, "leak_guard.LeakGuard.pytest_runtest_teardown")
+    make_faults(ourtester, monkeypatch, "leak_guard.LeakGuard.pytest_runtest_teardown")
     ourtester.makepyfile("def test_it(): pass")
     result = ourtester.runpytest_inprocess(
         "--cudagraph-report=json:r.json", "--cudagraph-fail-on=thread-error,leak"

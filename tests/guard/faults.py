@@ -1,0 +1,155 @@
+"""Faults made in the plugin's own code from the tests: a conftest of the inner session makes each
+hook implementation or fixture that ``$CUDAGRAPH_GUARD_TEST_FAULTS`` names raise before (or
+after) its own code, by a monkeypatch of its class that the session's end undoes. It does so in
+every process of the session (xdist's workers, the test processes), each reading the variable:
+the guard (``core.fault_guard``), which looks each hook up on its class at every call, must make
+each a warning."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from types import ModuleType
+from typing import NamedTuple
+
+import pytest
+
+import pytest_cudagraph_guard
+from pytest_cudagraph_guard.core.fault_guard import Part, hooks_of
+
+FAULTS_VARIABLE = "CUDAGRAPH_GUARD_TEST_FAULTS"
+BEFORE = "before"
+AFTER = "after"
+PACKAGE = pytest_cudagraph_guard.__name__
+
+CONFTEST = f'''
+import functools
+import importlib
+import inspect
+import os
+
+import pytest
+
+
+class InjectedFault(RuntimeError):
+    """Raised where the test made a fault in the plugin's own code."""
+
+
+def _faulty(code, name, where):
+    message = f"injected {{where}} {{name}}'s own code"
+    if not inspect.isgeneratorfunction(code):
+
+        def faulty(*args, **kwargs):
+            raise InjectedFault(message)
+
+    elif where == "{BEFORE}":
+
+        def faulty(*args, **kwargs):
+            raise InjectedFault(message)
+            yield
+
+    else:
+
+        def faulty(*args, **kwargs):
+            try:
+                return (yield from code(*args, **kwargs))
+            finally:
+                raise InjectedFault(message)
+
+    return functools.wraps(code)(faulty)
+
+
+_patched = pytest.MonkeyPatch()
+for spec in filter(None, os.environ.get("{FAULTS_VARIABLE}", "").split(",")):
+    name, _, where = spec.partition(":")
+    module, owner, hook = name.rsplit(".", 2)
+    holder = getattr(importlib.import_module("{PACKAGE}." + module), owner)
+    _patched.setattr(holder, hook, _faulty(getattr(holder, hook), name, where or "{BEFORE}"))
+
+
+def pytest_configure(config):
+    config.add_cleanup(_patched.undo)
+'''
+
+
+class Hook(NamedTuple):
+    """A hook implementation or fixture's code of the plugin: its class (as ``module.Class``,
+    less the package), its name, its part, and whether it runs code before and after a
+    ``yield``."""
+
+    owner: str
+    name: str
+    part: Part
+    generator: bool
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.owner}.{self.name}"
+
+
+class Fault(NamedTuple):
+    """One hook made to fail before or after its ``yield``."""
+
+    hook: Hook
+    where: str
+
+    @property
+    def spec(self) -> str:
+        return self.hook.qualname if self.where == BEFORE else f"{self.hook.qualname}:{self.where}"
+
+    @property
+    def raised(self) -> str:
+        return injected_message(self.hook.qualname, self.where)
+
+
+def injected_message(qualname: str, where: str = BEFORE) -> str:
+    """What the ``InjectedFault`` of a fault says."""
+    return f"injected {where} {qualname}'s own code"
+
+
+def short(module: str) -> str:
+    return module.removeprefix(f"{PACKAGE}.")
+
+
+def plugin_modules() -> list[ModuleType]:
+    """Every module of the package but the hookspecs (for other plugins) and the command line of
+    test processes."""
+    return [
+        importlib.import_module(info.name)
+        for info in pkgutil.walk_packages(pytest_cudagraph_guard.__path__, f"{PACKAGE}.")
+        if not info.name.endswith((".hookspecs", ".__main__"))
+    ]
+
+
+def parted_classes() -> list[type]:
+    """Every class of the package that names its parts: the plugin objects, and the class of
+    the fixtures' code."""
+    return [
+        value
+        for module in plugin_modules()
+        for value in vars(module).values()
+        if isinstance(value, type) and value.__module__ == module.__name__
+        if isinstance(vars(value).get("parts"), tuple)  # not the guard's protocol
+    ]
+
+
+def hooks() -> list[Hook]:
+    """Every hook implementation and fixture's code of the plugin, with its part."""
+    return [
+        Hook(
+            f"{short(owner.__module__)}.{owner.__qualname__}",
+            name,
+            part,
+            inspect.isgeneratorfunction(getattr(owner, name)),
+        )
+        for owner in parted_classes()
+        for name, part in hooks_of(owner).items()  # type: ignore[arg-type]
+    ]
+
+
+def make_faults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *specs: str) -> None:
+    """The inner session's conftest makes the faults ``specs`` (``module.Class.hook``, with
+    ``:after`` for after its ``yield``) in every process of the session."""
+    pytester.makeconftest(CONFTEST)
+    monkeypatch.setenv(FAULTS_VARIABLE, ",".join(specs))
