@@ -64,9 +64,9 @@ def ensure_cudagraph_tls() -> bool:
     Returns True if the thread's state had to be created, False if it was there already. Safe to
     call anywhere, any number of times; imports torch.
     """
-    from . import _torch
+    from ._torch import trees
 
-    return _torch.ensure_cudagraph_tls()
+    return trees.ensure_cudagraph_tls()
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import _torch
 from .core.fault_guard import Part, fixture
 
 if TYPE_CHECKING:
@@ -20,12 +19,13 @@ if TYPE_CHECKING:
 def _guarded(module_name: str) -> Iterator[ConfigGuard]:
     """A guard over ``module_name``, restored after the test; skips the test where torch is not
     installed."""
+    from ._torch import config_access, runtime
     from .core.config_guard import ConfigGuard
     from .core.outcomes import NO_TORCH, skip_test
 
     try:
-        guard = ConfigGuard(_torch.import_config(module_name))
-    except _torch.TorchNotInstalled:
+        guard = ConfigGuard(config_access.import_config(module_name))
+    except runtime.TorchNotInstalled:
         skip_test(NO_TORCH)
     try:
         yield guard
@@ -51,25 +51,30 @@ class ConfigFixtures:
     @staticmethod
     def inductor_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
         """``torch._inductor.config``, restored after the test whatever its outcome."""
-        yield from _guarded(_torch.INDUCTOR_CONFIG)
+        from ._torch import config_access
+
+        yield from _guarded(config_access.INDUCTOR_CONFIG)
 
     @staticmethod
     def dynamo_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
         """``torch._dynamo.config``, restored after the test whatever its outcome."""
-        yield from _guarded(_torch.DYNAMO_CONFIG)
+        from ._torch import config_access
+
+        yield from _guarded(config_access.DYNAMO_CONFIG)
 
     @staticmethod
     def cudagraphs(
         inductor_config: ConfigGuard, request: pytest.FixtureRequest
     ) -> Iterator[ConfigGuard]:
         """CUDA graphs on (with trees) for the test; compiled state is reset afterwards."""
+        from ._torch import trees
         from .core.settings import cudagraph_switches
 
         inductor_config.update(cudagraph_switches())
         try:
             yield inductor_config
         finally:
-            _torch.reset_compiled_state()
+            trees.reset_compiled_state()
 
 
 inductor_config = fixture(ConfigFixtures, "inductor_config")

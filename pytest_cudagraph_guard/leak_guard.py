@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pytest
 
-from . import _torch
+from ._torch import faults, runtime
 from .core.config_state import QuickCheck, Snapshot
 from .core.facts import leaks_key
 from .core.fault_guard import Part
@@ -69,7 +69,7 @@ class LeakGuard:
 
                 note_failure(_CHECKING.loss, exc)
                 return None
-            _torch.notice_once(
+            faults.notice_once(
                 "leak guard: unreadable config",
                 f"cudagraph_guard could not check torch's config ({type(exc).__name__}: "
                 f"{exc}); leaks are not checked for the rest of this session",
@@ -202,8 +202,12 @@ class LeakGuard:
             self._safely(lambda: self._absorb(before, after))
 
     def close(self) -> None:
+        if not self._counted:  # nothing counted: the counting was never loaded
+            return
+        from ._torch import counting
+
         for module in self._counted.values():
-            _torch.stop_counting(module)
+            counting.stop_counting(module)
         self._counted.clear()
 
     def _leaked_changes(self) -> list[Change]:
@@ -233,11 +237,13 @@ class LeakGuard:
         self._quick = QuickCheck(self._baseline)
 
     def _count_loaded_modules(self) -> None:
-        if not _torch.torch_loaded():  # no config module yet, and nothing of torch's to load
+        if not runtime.torch_loaded():  # no config module yet, and nothing of torch's to load
             return
-        for cfg in _torch.loaded_guarded_configs():
+        from ._torch import config_access, counting
+
+        for cfg in config_access.loaded_guarded_configs():
             if id(cfg.module) not in self._counted:
-                _torch.count_changes(cfg.module)
+                counting.count_changes(cfg.module)
                 self._counted[id(cfg.module)] = cfg.module
 
 

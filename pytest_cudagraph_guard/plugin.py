@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import _torch, hookspecs
+from . import hookspecs
 from .core import plugin_names
 from .core.fault_guard import Part, fail_unhonoured, register, start_session
 from .fixtures import cudagraphs, dynamo_config, inductor_config
@@ -151,6 +151,7 @@ class Features:
         """A marked test: its marker's arguments checked; skipped without torch (where the
         marker is the test's own: a suite option runs a torch-free test all the same) or without
         a CUDA device that the marker requires."""
+        from ._torch import runtime
         from .core.markers import applied_by_option, main_thread_marks, plugin_marks
         from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
 
@@ -167,7 +168,7 @@ class Features:
             if applied_by_option(item) is None:
                 skip_test(NO_TORCH)
             return
-        if require_cuda and not _torch.cuda_visible():
+        if require_cuda and not runtime.cuda_visible():
             skip_test(NO_CUDA)
 
 
@@ -270,8 +271,10 @@ def _check_markers(
 
 
 def _torch_installed() -> bool:
+    from ._torch import runtime
+
     try:
-        _torch.import_torch()
-    except _torch.TorchNotInstalled:
+        runtime.import_torch()
+    except runtime.TorchNotInstalled:
         return False
     return True

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import pytest
 
-from . import _torch
+from ._torch import runtime
 from .core.facts import applied_by_key
 from .core.fault_guard import Part
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
@@ -108,7 +108,9 @@ class CudagraphsOn:
     ) -> Generator[None, object, object]:
         if plugin_marks(item)[1] is not None:  # its test process turns them on
             return (yield)
-        put_back = self._change(_torch.cudagraphs_on_for_now)
+        from ._torch import cudagraph_settings
+
+        put_back = self._change(cudagraph_settings.cudagraphs_on_for_now)
         try:
             return (yield)
         finally:
@@ -123,6 +125,6 @@ class CudagraphsOn:
         made: list[T] = []
         try:
             self.session.take_in_or_make(lambda: made.append(change()))
-        except _torch.TorchNotInstalled:
+        except runtime.TorchNotInstalled:
             self.stopped = True  # nothing to switch
         return made[0] if made else None

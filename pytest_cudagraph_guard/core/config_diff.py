@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from .. import _torch
-from .._torch import HIDDEN, UNSET, RawEntry
+from .._torch import values
 from .config_state import Snapshot
 
 if TYPE_CHECKING:
-    from .._torch import ConfigAccess
+    from .._torch import config_access
     from .records import LeakEntry
 
 ENV_UNSET: Final = "<unset>"
@@ -53,7 +52,7 @@ class Change(NamedTuple):
 
 
 def _shown_value(value: Any) -> Any:
-    if value is HIDDEN or value is UNSET or value == ENV_UNSET:
+    if value is values.HIDDEN or value is values.UNSET or value == ENV_UNSET:
         return _show(value)
     from .settings import jsonable
 
@@ -61,27 +60,31 @@ def _shown_value(value: Any) -> Any:
 
 
 def _show(value: Any) -> str:
-    if value is HIDDEN or value is UNSET or value == ENV_UNSET:
-        return "<deleted>" if value is HIDDEN else "<unset>"
+    if value is values.HIDDEN or value is values.UNSET or value == ENV_UNSET:
+        return "<deleted>" if value is values.HIDDEN else "<unset>"
     return repr(value)
 
 
 class _KeyDiff(NamedTuple):
-    config: ConfigAccess
+    config: config_access.ConfigAccess
     key: str
-    before: RawEntry
-    after: RawEntry
+    before: values.RawEntry
+    after: values.RawEntry
 
 
-def _pristine(now: RawEntry) -> RawEntry:
+def _pristine(now: values.RawEntry) -> values.RawEntry:
     """What a key held before its module was imported: torch's own default."""
-    return RawEntry(UNSET, now.default, False)
+    return values.RawEntry(values.UNSET, now.default, False)
 
 
 def _module_diffs(before: Snapshot, after: Snapshot) -> list[_KeyDiff]:
+    if not after.modules:  # no config module imported: nothing of torch's to load
+        return []
+    from .._torch import config_access
+
     diffs = []
     for name, now in after.modules.items():
-        cfg = _torch.loaded_config(name)
+        cfg = config_access.loaded_config(name)
         if cfg is None:
             continue
         then = before.modules.get(name)
@@ -96,11 +99,16 @@ def _module_diffs(before: Snapshot, after: Snapshot) -> list[_KeyDiff]:
 
 def _env_keys_changed(before: Snapshot, after: Snapshot) -> list[str]:
     """Variables that differ, less torch's own memo of its default cache directory."""
+    keys = sorted(set(before.env) | set(after.env))
+    changed = [key for key in keys if before.env.get(key) != after.env.get(key)]
+    if not changed:  # nothing to ask torch's side about
+        return []
+    from .._torch import env_sources
+
     return [
         key
-        for key in sorted(set(before.env) | set(after.env))
-        if before.env.get(key) != after.env.get(key)
-        and not _torch.is_torch_env_memo(key, before.env.get(key), after.env.get(key))
+        for key in changed
+        if not env_sources.is_torch_env_memo(key, before.env.get(key), after.env.get(key))
     ]
 
 
@@ -112,12 +120,16 @@ def _env_changes(before: Snapshot, after: Snapshot) -> list[Change]:
 
 
 def _effective_changes(diffs: list[_KeyDiff]) -> list[Change]:
+    if not diffs:  # none of a config module's: nothing of torch's to load
+        return []
+    from .._torch import counting
+
     changes = []
     for diff in diffs:
         then = diff.config.effective(diff.key, diff.before)
         now = diff.config.effective(diff.key, diff.after)
-        if _torch.values_differ(now, then):
-            alias = _torch.alias_written(diff.config.name, diff.key)
+        if values.values_differ(now, then):
+            alias = counting.alias_written(diff.config.name, diff.key)
             changes.append(Change(diff.config.name, diff.key, then, now, alias))
     return changes
 
@@ -128,7 +140,7 @@ def restore(before: Snapshot, *, include_env: bool = True) -> list[Change]:
     diffs = _module_diffs(before, after)
     env_changes = _env_changes(before, after) if include_env else []
     changes = _effective_changes(diffs) + env_changes
-    touched: dict[str, ConfigAccess] = {}
+    touched: dict[str, config_access.ConfigAccess] = {}
     for diff in diffs:
         diff.config.write(diff.key, diff.before)
         touched[diff.config.name] = diff.config

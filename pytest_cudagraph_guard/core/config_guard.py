@@ -7,8 +7,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from .. import _torch
-from .._torch import ConfigAccess
+from .._torch import config_access, values
 
 
 class ConfigKeyError(KeyError):
@@ -26,7 +25,7 @@ class ConfigGuard:
     ``del`` or ``mock.patch``.
     """
 
-    def __init__(self, config: ConfigAccess) -> None:
+    def __init__(self, config: config_access.ConfigAccess) -> None:
         self._config = config
         self._start = config.snapshot()
 
@@ -80,7 +79,7 @@ class ConfigGuard:
                 continue
             then = self._config.effective(key, start)
             now = self._config.effective(key)
-            if _torch.values_differ(now, then):
+            if values.values_differ(now, then):
                 found[key] = (then, now)
         return found
 
@@ -101,6 +100,6 @@ class ConfigGuard:
     def _check(self, key: str) -> None:
         if isinstance(key, str) and self._config.has_key(key):
             return
-        near = _torch.nearest_keys(str(key), self._config.all_keys())
+        near = config_access.nearest_keys(str(key), self._config.all_keys())
         hint = f"; did you mean {' or '.join(repr(k) for k in near)}?" if near else ""
         raise ConfigKeyError(f"{key!r} is not a key of {self._config.name}{hint}")

@@ -6,25 +6,29 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .. import _torch
+from .._torch import runtime
 from .environment import environ_stamp, torch_env
 
 if TYPE_CHECKING:
-    from .._torch import ConfigAccess, RawEntry
+    from .._torch import config_access, values
     from .settings import StoredValues
 
 
 class Snapshot:
     """The guarded state at one moment; a module absent from ``modules`` was not imported."""
 
-    def __init__(self, env: dict[str, str], modules: dict[str, dict[str, RawEntry]]) -> None:
+    def __init__(self, env: dict[str, str], modules: dict[str, dict[str, values.RawEntry]]) -> None:
         self.env = env
         self.modules = modules
 
     @classmethod
     def take(cls) -> Snapshot:
         # Before torch is imported no config module is: the torch boundary's config part waits.
-        configs = _torch.loaded_guarded_configs() if _torch.torch_loaded() else ()
+        if not runtime.torch_loaded():
+            return cls(torch_env(), {})
+        from .._torch import config_access
+
+        configs = config_access.loaded_guarded_configs()
         return cls(torch_env(), {cfg.name: cfg.snapshot() for cfg in configs})
 
 
@@ -39,19 +43,22 @@ class QuickCheck:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._stamp = environ_stamp()
-        self._defaults: list[tuple[ConfigAccess, list[Any]]] = []
+        self._defaults: list[tuple[config_access.ConfigAccess, list[Any]]] = []
         self._mutable: StoredValues | None = None
         # Without torch the environment is all there is to watch, and nothing of torch's loads.
-        self._torch_free = not _torch.torch_loaded()
+        self._torch_free = not runtime.torch_loaded()
         if self._torch_free:
             return
+        from .._torch import config_access, counting
         from .settings import StoredValues
 
-        self._count = _torch.change_count()
-        self._modules = {name: sys.modules.get(name) for name in _torch.GUARDED_CONFIG_MODULES}
+        self._count = counting.change_count()
+        self._modules = {
+            name: sys.modules.get(name) for name in config_access.GUARDED_CONFIG_MODULES
+        }
         mutable_readers = []
         for name, entries in snapshot.modules.items():
-            cfg = _torch.loaded_config(name)
+            cfg = config_access.loaded_config(name)
             if cfg is None:
                 continue
             self._defaults.append((cfg, cfg.defaults_vector()))
@@ -60,13 +67,15 @@ class QuickCheck:
 
     def unchanged(self) -> bool:
         if self._torch_free:
-            return not _torch.torch_loaded() and environ_stamp() == self._stamp
+            return not runtime.torch_loaded() and environ_stamp() == self._stamp
         return self._torch_unchanged()
 
     def _torch_unchanged(self) -> bool:
-        if not _torch.counts_every_change():
+        from .._torch import counting
+
+        if not counting.counts_every_change():
             return False  # the count proves nothing: the caller compares in full
-        if _torch.change_count() != self._count or environ_stamp() != self._stamp:
+        if counting.change_count() != self._count or environ_stamp() != self._stamp:
             return False
         for name, module in self._modules.items():
             if sys.modules.get(name) is not module:

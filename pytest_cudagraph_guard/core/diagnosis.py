@@ -14,7 +14,7 @@ from typing import Final
 
 import pytest
 
-from .. import _torch
+from .._torch import faults, runtime
 from .kinds import (
     CAPTURE_CONFLICT,
     OVERWRITTEN_OUTPUT,
@@ -94,7 +94,7 @@ def hook_diagnoser(config: pytest.Config) -> DiagnoseHook:
 
 def _note_diagnose_hook_failure(error: Exception) -> None:
     trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    _torch.notice_once(
+    faults.notice_once(
         "diagnose-hook",
         "cudagraph_guard: a pytest_cudagraph_diagnose hook (your conftest's or another "
         f"plugin's, not cudagraph_guard's own) raised {type_name(error)}: {error}; the "
@@ -149,11 +149,11 @@ def _mentions_tls_machinery(exc: BaseException, text: str) -> bool:
 
 
 def _release() -> tuple[int, int]:
-    return _torch.release_tuple()
+    return runtime.release_tuple()
 
 
 def _torch_label() -> str:
-    version = _torch.torch_version()
+    version = runtime.torch_version()
     return f"torch {version}" if version else "this torch"
 
 
@@ -174,6 +174,8 @@ def tls_missing_hint() -> str:
 
 
 def capture_conflict_hint() -> str:
+    from .._torch import readiness
+
     if _release() >= FIXED_IN:
         return (
             "CUDA graph capture overlapped with CUDA work in another thread; torch >= 2.13 "
@@ -181,7 +183,7 @@ def capture_conflict_hint() -> str:
             "synchronize() or replays in other threads: keep them off the device while one "
             "thread captures"
         )
-    if _torch.serializes_captures_for_threads():
+    if readiness.serializes_captures_for_threads():
         return (
             "CUDA graph capture overlapped with CUDA work in another thread; cudagraph_thread"
             "(tls='init') serializes CUDAGraph Trees' warm-up and capture here, as torch 2.13's "
@@ -207,7 +209,9 @@ def tls_corrupt_hint() -> str:
 
 
 def thread_error_hint(exc: BaseException, thread_name: str) -> str:
-    if NESTED_FX_TRACE in str(exc) and _torch.fx_tracing_is_per_thread():
+    from .._torch import trees
+
+    if NESTED_FX_TRACE in str(exc) and trees.fx_tracing_is_per_thread():
         return (
             f"raised in thread {thread_name!r}: this thread called a compiled function while "
             f"it was FX-tracing ({_torch_label()} keeps that flag per thread, so no other "
@@ -228,7 +232,9 @@ def thread_error_hint(exc: BaseException, thread_name: str) -> str:
 
 
 def _has_inductor_key(key: str) -> bool:
-    config = _torch.loaded_config(_torch.INDUCTOR_CONFIG)
+    from .._torch import config_access
+
+    config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
     return config is not None and config.has_key(key)
 
 

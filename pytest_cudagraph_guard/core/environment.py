@@ -7,8 +7,6 @@ import os
 from collections.abc import Mapping
 from typing import Final
 
-from .. import _torch
-
 # The variables the leak guard guards and the report shows.
 ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
 # What every name in ENV_PREFIXES starts with, as ``os.environ`` stores names (bytes on POSIX).
@@ -37,7 +35,12 @@ def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def user_torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """:func:`torch_env` less what torch wrote there by itself (its default cache folder)."""
-    return {k: v for k, v in torch_env(environ).items() if not _torch.is_torch_env_memo(k, None, v)}
+    found = torch_env(environ)
+    if not found:  # nothing to ask torch's side about
+        return found
+    from .._torch import env_sources
+
+    return {k: v for k, v in found.items() if not env_sources.is_torch_env_memo(k, None, v)}
 
 
 class UserEnvReader:
@@ -59,5 +62,9 @@ class UserEnvReader:
     def _torch_memo(self, name: str, value: str) -> bool:
         known = self._torch_memos.get((name, value))
         if known is None:
-            known = self._torch_memos[(name, value)] = _torch.is_torch_env_memo(name, None, value)
+            from .._torch import env_sources
+
+            known = self._torch_memos[(name, value)] = env_sources.is_torch_env_memo(
+                name, None, value
+            )
         return known

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 import pytest
 
-from .. import _torch
+from .._torch import faults
 
 if TYPE_CHECKING:
     from .records import ErrorEntry
@@ -58,8 +58,8 @@ class Part(NamedTuple):
     hooks: tuple[str, ...] = ()
 
     @property
-    def loss(self) -> _torch.Loss:
-        return _torch.Loss(self.feature, self.loses)
+    def loss(self) -> faults.Loss:
+        return faults.Loss(self.feature, self.loses)
 
 
 class PluginFailure(Exception):
@@ -144,7 +144,7 @@ def _guard(part: Part, owner: object, name: str, plugin: object) -> Callable[...
 
 
 def _run(site: _Site, code: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
-    if site.stops and _torch.is_stopped(site.loss):
+    if site.stops and faults.is_stopped(site.loss):
         return _stopped(site.part)
     try:
         return code(*site.bound, *args, **kwargs)
@@ -159,7 +159,7 @@ def _run_generator(
     site: _Site, code: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
 ) -> Generator[Any, Any, Any]:
     values = (*site.bound, *args, *kwargs.values())  # where the test and the config are found
-    if site.stops and _torch.is_stopped(site.loss):
+    if site.stops and faults.is_stopped(site.loss):
         _stopped(site.part)
         return (yield)
     try:
@@ -270,7 +270,7 @@ def _stopped(part: Part) -> None:
 
 
 def note_failure(
-    loss: _torch.Loss,
+    loss: faults.Loss,
     error: BaseException,
     item: pytest.Item | None = None,
     config: pytest.Config | None = None,
@@ -284,7 +284,7 @@ def note_failure(
     from .facts import plugin_errors_key
     from .warnings import warn_torch_notices
 
-    _torch.note_internal_error(loss, error, stops=stops)
+    faults.note_internal_error(loss, error, stops=stops)
     if item is not None:
         item.stash.setdefault(plugin_errors_key, []).append(plugin_error_record(loss, error))
     if config is None and item is not None:
@@ -293,7 +293,7 @@ def note_failure(
     warn_torch_notices(config, when="config" if configuring else "runtest", nodeid=nodeid)
 
 
-def plugin_error_record(loss: _torch.Loss, error: BaseException) -> ErrorEntry:
+def plugin_error_record(loss: faults.Loss, error: BaseException) -> ErrorEntry:
     """The record's entry for a failure of the plugin's own code met in a test."""
     from .diagnosis import short_traceback, type_name
     from .kinds import PLUGIN_ERROR
@@ -319,8 +319,10 @@ def start_session(config: pytest.Config) -> None:
     """A session's first hook: the torch boundary's state is this session's, and left at its end
     for the sessions that follow in this process (or that this one ran inside). Its first
     cleanup: it runs after every feature's."""
-    _torch.begin_session()
-    config.add_cleanup(_torch.end_session)
+    from .._torch import sessions
+
+    sessions.begin_session()
+    config.add_cleanup(sessions.end_session)
 
 
 def _unhonoured(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from .. import _torch
-from .._torch import HIDDEN, UNSET
+from .._torch import runtime, values
 from .environment import EnvironStamp, environ_stamp, user_torch_env
 from .records import SettingEntry, setting_entry
+
+if TYPE_CHECKING:
+    from .._torch import config_access
 
 # Besides the config modules, the modules whose source names the variables torch reads.
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
@@ -18,7 +20,9 @@ READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
 def cudagraph_switches(trees: bool = True) -> dict[str, bool]:
     """The settings that turn CUDA graphs on: ``triton.cudagraphs`` and, as ``trees`` says,
     ``triton.cudagraph_trees``."""
-    return dict(zip(_torch.CUDAGRAPH_SWITCHES, (True, trees), strict=True))
+    from .._torch import config_access
+
+    return dict(zip(config_access.CUDAGRAPH_SWITCHES, (True, trees), strict=True))
 
 
 class Setting(NamedTuple):
@@ -32,10 +36,12 @@ class Setting(NamedTuple):
 def effective_settings(extra_keys: Iterable[str] = ()) -> dict[str, Setting]:
     """Every cudagraph-related key of ``torch._inductor.config`` (nested ones too) as the calling
     thread sees it, with its source. Imports torch."""
-    config = _torch.import_config(_torch.INDUCTOR_CONFIG)
+    from .._torch import config_access, env_sources
+
+    config = config_access.import_config(config_access.INDUCTOR_CONFIG)
     # Reading which variables set which key parses torch's config source: only worth it when
     # one of torch's variables is set at all.
-    names = _torch.env_names(config) if environ_stamp() else {}
+    names = env_sources.env_names(config) if environ_stamp() else {}
     keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
     found = {}
     for key in dict.fromkeys(keys):
@@ -53,7 +59,7 @@ class StoredValues:
         self._kept = [(read, _copied(read())) for read in readers]
 
     def unchanged(self) -> bool:
-        differ = _torch.values_differ
+        differ = values.values_differ
         for read, (override, default) in self._kept:
             now_override, now_default = read()
             if now_override is override and now_default is default:
@@ -64,7 +70,7 @@ class StoredValues:
 
 
 def _copied(raw: tuple[Any, Any]) -> tuple[Any, Any]:
-    return (_torch.copy_value(raw[0]), _torch.copy_value(raw[1]))
+    return (values.copy_value(raw[0]), values.copy_value(raw[1]))
 
 
 class SettingsReader:
@@ -73,16 +79,18 @@ class SettingsReader:
     and a full read (sources included) costs far more than comparing what it was made from."""
 
     def __init__(self) -> None:
-        self._config: _torch.ConfigAccess | None = None
+        self._config: config_access.ConfigAccess | None = None
         self._keys: list[str] = []
         self._made_from: StoredValues | None = None
         self._stamp: EnvironStamp = []
         self._record: dict[str, SettingEntry] = {}
 
     def read(self, extra_keys: Iterable[str] = ()) -> dict[str, SettingEntry]:
-        config = _torch.loaded_config(_torch.INDUCTOR_CONFIG)
+        from .._torch import config_access
+
+        config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
         if config is None:
-            config = _torch.import_config(_torch.INDUCTOR_CONFIG)
+            config = config_access.import_config(config_access.INDUCTOR_CONFIG)
         keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
         if config is not self._config or keys != self._keys:
             self._config, self._keys, self._made_from = config, keys, None
@@ -98,7 +106,7 @@ class SettingsReader:
 
 
 def _source(
-    config: _torch.ConfigAccess, key: str, raw: _torch.RawEntry, names: dict[str, list[str]]
+    config: config_access.ConfigAccess, key: str, raw: values.RawEntry, names: dict[str, list[str]]
 ) -> str:
     if raw.hidden:
         return "test"
@@ -116,18 +124,20 @@ def _source(
 def default_entry(key: str) -> SettingEntry | None:
     """A key of inductor's config as it would be had no test set it: its default, with the
     variable that decided it where one did. None where the key is not there."""
-    config = _torch.loaded_config(_torch.INDUCTOR_CONFIG)
+    from .._torch import config_access, env_sources
+
+    config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
     if config is None or not config.has_key(key):
         return None
-    value = config.effective(key, _torch.RawEntry(UNSET, config.raw(key).default, False))
-    names = _torch.env_names(config) if environ_stamp() else {}
+    value = config.effective(key, values.RawEntry(values.UNSET, config.raw(key).default, False))
+    names = env_sources.env_names(config) if environ_stamp() else {}
     source = next((f"env:{name}" for name in names.get(key, []) if name in os.environ), None)
     return setting_entry(jsonable(value), source or "default")
 
 
-def _copy_of_default(raw: _torch.RawEntry) -> bool:
+def _copy_of_default(raw: values.RawEntry) -> bool:
     """torch (2.6+) copies a list/dict/set default into the override when it is first read."""
-    return _torch.is_mutable(raw.default) and not _torch.values_differ(raw.override, raw.default)
+    return values.is_mutable(raw.default) and not values.values_differ(raw.override, raw.default)
 
 
 def _env_value(name: str) -> Any:
@@ -137,7 +147,7 @@ def _env_value(name: str) -> Any:
 
 def jsonable(value: Any) -> Any:
     """A builtin-types form of a config value, for records that cross processes."""
-    if value is HIDDEN or value is UNSET:
+    if value is values.HIDDEN or value is values.UNSET:
         return repr(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -158,21 +168,25 @@ def env_read_by_torch() -> dict[str, str | None]:
     variable)."""
     import sys
 
+    from .._torch import config_access, env_sources
+
     readers: dict[str, str] = {}
-    for name in (*_torch.GUARDED_CONFIG_MODULES, *READERS):
+    for name in (*config_access.GUARDED_CONFIG_MODULES, *READERS):
         if name in sys.modules:
-            readers.update(dict.fromkeys(_torch.env_variables_read(name), name))
+            readers.update(dict.fromkeys(env_sources.env_variables_read(name), name))
     return {name: readers.get(name) for name in user_torch_env()}
 
 
 def print_settings() -> None:
     """``pytest --cudagraph-settings``: what this process would compile with, and why."""
     try:
-        _torch.import_torch()
-    except _torch.TorchNotInstalled:
+        runtime.import_torch()
+    except runtime.TorchNotInstalled:
         print("torch is not installed: no cudagraph settings to show")
         return
-    _torch.import_quietly(_torch.DYNAMO_CONFIG)
+    from .._torch import config_access, trees
+
+    runtime.import_quietly(config_access.DYNAMO_CONFIG)
     settings = effective_settings()
     width = max(len(key) for key in settings)
     print("cudagraph settings of torch._inductor.config (value, source):")
@@ -186,13 +200,13 @@ def print_settings() -> None:
         reader = read.get(name)
         note = f"read by {reader}" if reader else "not read by this torch release"
         print(f"  {name}={value}  ({note})")
-    versions = _torch.versions()
+    versions = runtime.versions()
     print("versions:")
     for key in ("python", "torch", "triton", "cuda", "driver"):
         print(f"  {key}: {versions.get(key) or '-'}")
     print(f"GPUs: {', '.join(versions['gpus']) or 'none visible'}")
-    trees = _torch.import_cudagraph_trees()
-    lazily = _torch.creates_thread_state_lazily(trees)
+    trees_module = trees.import_cudagraph_trees()
+    lazily = trees.creates_thread_state_lazily(trees_module)
     print(
         "CUDAGraph Trees thread state: "
         + (

@@ -44,9 +44,9 @@ def warn_torch_notices(
     work on this torch and internal errors of ours, past the warning filters (:func:`notify`).
     Called only from pytest hooks, where nothing of torch's or the user's is on the stack;
     without the session's ``config`` (none at hand), as a plain warning."""
-    from .. import _torch
+    from .._torch import faults
 
-    for notice in _torch.take_notices():
+    for notice in faults.take_notices():
         if config is None:
             warnings.warn(CudagraphGuardWarning(notice), stacklevel=2)
         else:

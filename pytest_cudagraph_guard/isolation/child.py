@@ -22,7 +22,7 @@ from typing import IO, Any, NoReturn, TextIO, cast
 import pytest
 from _pytest.terminal import TerminalReporter  # pytest 8.0 exports no pytest.TerminalReporter
 
-from .. import _torch
+from .._torch import runtime
 from ..core.facts import journal_path_key
 from ..core.fault_guard import Part, guarded
 from ..core.records import TestRecord
@@ -161,17 +161,21 @@ def _die_with_parent() -> None:
 
 def _run_session(child: SubprocessChild) -> int:
     try:
-        _torch.import_torch()
-    except _torch.TorchNotInstalled:
+        runtime.import_torch()
+    except runtime.TorchNotInstalled:
         pass  # the plugin skips a marked test, as it does in the parent
     else:
         apply = child.apply_cudagraph_settings
-        # A test that never compiles is then spared the second of importing inductor and dynamo.
-        if child.request["switches"] and not (
-            _torch.settings_can_wait_for_import()
-            and _torch.run_after_import(_torch.INDUCTOR_CONFIG, apply)
-        ):
-            apply()
+        if child.request["switches"]:
+            from .._torch import config_access, cudagraph_settings, import_hooks
+
+            # A test that never compiles is then spared the second of importing inductor and
+            # dynamo.
+            if not (
+                cudagraph_settings.settings_can_wait_for_import()
+                and import_hooks.run_after_import(config_access.INDUCTOR_CONFIG, apply)
+            ):
+                apply()
     args = [*child.request["args"], "-W", START_UP_FILTER]
     return int(pytest.main(args, plugins=[guarded(child)]))
 
@@ -289,7 +293,11 @@ class SubprocessChild:
     def apply_cudagraph_settings(self) -> None:
         """CUDA graphs on, for the whole process: not a change the running test made (through
         the session's leak guard, once the session has started and where it guards)."""
-        apply = functools.partial(_torch.apply_cudagraph_settings, self.request["trees"])
+        from .._torch import cudagraph_settings
+
+        apply = functools.partial(
+            cudagraph_settings.apply_cudagraph_settings, self.request["trees"]
+        )
         session = plugin_session(self.config)
         if session is None:
             apply()

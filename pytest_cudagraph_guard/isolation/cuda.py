@@ -15,8 +15,6 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, TypedDict
 
-from .. import _torch
-
 STANDIN_VARIABLE: Final = "PYTEST_CUDAGRAPH_GUARD_CUDA_STANDIN"
 WarmUpSteps = Iterable[tuple[str, Callable[[], None]]]
 
@@ -73,16 +71,18 @@ class CudaAhead:
         try:
             import torch
 
+            from .._torch import kernel_warm_up
+
             if not torch.cuda.is_available():
                 return
             torch.cuda.init()  # type: ignore[no-untyped-call]
             torch.cuda.synchronize()  # creates the context without allocating
             self.free_bytes = _free_bytes(torch)
-            steps = _torch.kernel_warm_up_steps(torch)
+            steps = kernel_warm_up.kernel_warm_up_steps(torch)
         except Exception as exc:
             print(f"cudagraph_subprocess: CUDA set up ahead failed: {exc!r}", file=sys.stderr)
             return
-        self.warm_up_with(steps, lambda: _torch.forget_warm_up(torch))
+        self.warm_up_with(steps, lambda: kernel_warm_up.forget_warm_up(torch))
 
     def warm_up_with(self, steps: WarmUpSteps, forget: Callable[[], None] = lambda: None) -> None:
         self._steps = iter(steps)
@@ -96,7 +96,9 @@ class CudaAhead:
         try:
             while waiting() and (step := next(self._steps, None)) is not None:
                 started = True
-                if _torch.starts_cublas(step[0]) and self.cublas_read is None:
+                from .._torch import kernel_warm_up  # a step to run: most processes have none
+
+                if kernel_warm_up.starts_cublas(step[0]) and self.cublas_read is None:
                     self.cublas_read = _cublas_variables()
                 step[1]()
                 self.warmed_up.append(step[0])
@@ -135,4 +137,6 @@ def _warm_up_failed(exc: Exception) -> None:
 
 
 def _cublas_variables() -> dict[str, str | None]:
-    return {name: os.environ.get(name) for name in _torch.READ_ONCE_BY_CUBLAS}
+    from .._torch import kernel_warm_up
+
+    return {name: os.environ.get(name) for name in kernel_warm_up.READ_ONCE_BY_CUBLAS}

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from .. import _torch
+from .._torch import runtime
 from .forking import (
     Exiting,
     RunChild,
@@ -57,7 +57,7 @@ def preload(name: str) -> str | None:
     """Imports module ``name`` for the test processes to come; what the parent should say if it
     could not (a missing torch is each test's to report, as a skip)."""
     try:
-        _torch.import_quietly(name)
+        runtime.import_quietly(name)
     except Exception as exc:
         print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
         if name.startswith("pytest"):
@@ -111,7 +111,9 @@ def serve() -> NoReturn:
     from .child import run_child, run_spare  # after pytest, with the collector off
 
     send_line(replies, ready_line(os.getpid()))
-    if not _torch.settings_can_wait_for_import():
+    from .._torch import cudagraph_settings
+
+    if not cudagraph_settings.settings_can_wait_for_import():
         for name in PRELOAD_FOR_COMPILING:
             preloads.load(name)
     server = _Server(replies, Learner(preloads), run_child, run_spare)
@@ -317,7 +319,7 @@ def _by_package(names: list[str]) -> list[list[str]]:
 def _import_or_tell(name: str, failures: int) -> None:
     """In a trial fork: imports ``name``, or writes why not to ``failures`` and exits."""
     try:
-        _torch.import_quietly(name)
+        runtime.import_quietly(name)
     except Exception as exc:
         error = repr(exc).replace("\n", " ")
         os.write(failures, f"{name} {error}\n".encode())

@@ -10,8 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, NamedTuple
 
-from .. import _torch
-from .._torch.events import CompileOption, ConfigValues
+from .._torch import events
 from ..core.records import (
     Activity,
     CompiledEntry,
@@ -43,8 +42,8 @@ class Compile(NamedTuple):
 
     thread: str
     backend: str
-    options: dict[str, CompileOption]
-    settings: ConfigValues
+    options: dict[str, events.CompileOption]
+    settings: events.ConfigValues
 
     def effective(self, key: str) -> object:
         return self.options.get(key, self.settings.get(key))
@@ -60,16 +59,18 @@ class Moment(NamedTuple):
     settings in effect in its thread, and the keys a compile's options set."""
 
     thread: str
-    values: ConfigValues
+    values: events.ConfigValues
     options: frozenset[str] = frozenset()
 
 
 class TestActivity:
     """What torch did with CUDA graphs while one test ran, in any thread."""
 
-    def __init__(self, main_settings: ConfigValues) -> None:
+    def __init__(self, main_settings: events.ConfigValues) -> None:
+        from .._torch import observe
+
         self.main_settings = main_settings
-        self.skips_at_start = _torch.skip_count()
+        self.skips_at_start = observe.skip_count()
         self.skip_counter = 0
         self.compiled: list[Compile] = []
         self.cudagraphified: Counter[str] = Counter()
@@ -82,9 +83,9 @@ class TestActivity:
         self.slow_paths: Counter[Seen] = Counter()
         self.earlier_compiled = 0
         self.earlier_graphs: set[int] = set()
-        self.earlier_runs: list[tuple[str, _torch.GraphOrigin]] = []  # (thread, where it was made)
+        self.earlier_runs: list[tuple[str, events.GraphOrigin]] = []  # (thread, where it was made)
 
-    def add(self, event: _torch.TorchEvent) -> None:
+    def add(self, event: events.TorchEvent) -> None:
         """One event of torch's, as the observer of :mod:`.._torch` reports it."""
         handler = _HANDLERS.get(type(event))
         if handler is not None:
@@ -92,38 +93,38 @@ class TestActivity:
 
     # -- one method per event ----------------------------------------------------------------
 
-    def _on_compiled(self, event: _torch.Compiled) -> None:
+    def _on_compiled(self, event: events.Compiled) -> None:
         compiled = Compile(event.thread, event.backend, event.options, event.settings)
         self.compiled.append(compiled)
         if event.backend == INDUCTOR:
             values = {key: compiled.effective(key) for key in event.settings}
             self.moments.append(Moment(event.thread, values, frozenset(event.options)))
 
-    def _on_cudagraphified(self, event: _torch.Cudagraphified) -> None:
+    def _on_cudagraphified(self, event: events.Cudagraphified) -> None:
         self.cudagraphified[event.thread] += 1
 
-    def _on_recorded(self, event: _torch.Recorded) -> None:
+    def _on_recorded(self, event: events.Recorded) -> None:
         self.recorded[event.thread] += 1
         self.moments.append(Moment(event.thread, event.settings))
 
-    def _on_replayed(self, event: _torch.Replayed) -> None:
+    def _on_replayed(self, event: events.Replayed) -> None:
         self.replays[event.thread] += 1
         if event.settings is not None and not self.moments:
             self.moments.append(Moment(event.thread, event.settings))
 
-    def _on_skipped(self, event: _torch.Skipped) -> None:
+    def _on_skipped(self, event: events.Skipped) -> None:
         self.skips.append(SkipEntry(thread=event.thread, reason=event.reason))
 
-    def _on_cross_thread(self, event: _torch.CrossThread) -> None:
+    def _on_cross_thread(self, event: events.CrossThread) -> None:
         self.cross_thread[CrossThreadRun(event.thread, event.creator, event.function)] = None
 
-    def _on_rerecorded(self, event: _torch.Rerecorded) -> None:
+    def _on_rerecorded(self, event: events.Rerecorded) -> None:
         self.rerecords[Seen(event.thread, event.function, event.reason)] += 1
 
-    def _on_slow_path(self, event: _torch.SlowPath) -> None:
+    def _on_slow_path(self, event: events.SlowPath) -> None:
         self.slow_paths[Seen(event.thread, event.function, event.reason)] += 1
 
-    def _on_ran_earlier_graph(self, event: _torch.RanEarlierGraph) -> None:
+    def _on_ran_earlier_graph(self, event: events.RanEarlierGraph) -> None:
         """Code an earlier test compiled carries its entries into this test: its skip, and (in
         ``divergences``) the settings it was compiled under."""
         if event.graph not in self.earlier_graphs:
@@ -139,7 +140,9 @@ class TestActivity:
     # -- the record ----------------------------------------------------------------------------
 
     def finish(self) -> None:
-        self.skip_counter = _torch.skip_count() - self.skips_at_start
+        from .._torch import observe
+
+        self.skip_counter = observe.skip_count() - self.skips_at_start
 
     def findings(self) -> list[ErrorEntry]:
         """Each compiled function run through another thread's tree manager (once per pair of
@@ -221,15 +224,15 @@ class TestActivity:
 
 
 _HANDLERS: Final[dict[type, Callable[[TestActivity, Any], None]]] = {
-    _torch.Compiled: TestActivity._on_compiled,
-    _torch.Cudagraphified: TestActivity._on_cudagraphified,
-    _torch.Recorded: TestActivity._on_recorded,
-    _torch.Replayed: TestActivity._on_replayed,
-    _torch.Skipped: TestActivity._on_skipped,
-    _torch.CrossThread: TestActivity._on_cross_thread,
-    _torch.Rerecorded: TestActivity._on_rerecorded,
-    _torch.SlowPath: TestActivity._on_slow_path,
-    _torch.RanEarlierGraph: TestActivity._on_ran_earlier_graph,
+    events.Compiled: TestActivity._on_compiled,
+    events.Cudagraphified: TestActivity._on_cudagraphified,
+    events.Recorded: TestActivity._on_recorded,
+    events.Replayed: TestActivity._on_replayed,
+    events.Skipped: TestActivity._on_skipped,
+    events.CrossThread: TestActivity._on_cross_thread,
+    events.Rerecorded: TestActivity._on_rerecorded,
+    events.SlowPath: TestActivity._on_slow_path,
+    events.RanEarlierGraph: TestActivity._on_ran_earlier_graph,
 }
 
 

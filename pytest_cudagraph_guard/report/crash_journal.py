@@ -21,7 +21,7 @@ from typing import IO, Any, Final
 
 import pytest
 
-from .. import _torch
+from .._torch import events, faults, runtime
 from ..core.death import WORKER_FAULTS, WORKER_JOURNAL, worker_died
 from ..core.environment import UserEnvReader, user_torch_env
 from ..core.facts import journal_path_key
@@ -38,16 +38,16 @@ from ..core.journal import (
 
 # The events that change what the journal says a process is doing.
 _DOING: Final[dict[type, str]] = {
-    _torch.Compiled: COMPILING,
-    _torch.CompileEnded: COMPILED,
-    _torch.RecordingStarted: RECORDING,
-    _torch.Recorded: RECORDED,
-    _torch.Replayed: REPLAYED,
+    events.Compiled: COMPILING,
+    events.CompileEnded: COMPILED,
+    events.RecordingStarted: RECORDING,
+    events.Recorded: RECORDED,
+    events.Replayed: REPLAYED,
 }
-_JOURNAL_LOSS: Final = _torch.Loss(
+_JOURNAL_LOSS: Final = faults.Loss(
     "--cudagraph-report", "the last CUDA-graph activity of a test whose process dies"
 )
-_FAULTS_LOSS: Final = _torch.Loss(
+_FAULTS_LOSS: Final = faults.Loss(
     "--cudagraph-report", "the signal of a dead xdist worker, and pytest's fault handler given back"
 )
 
@@ -71,16 +71,18 @@ class CrashJournal:
         if self._writer is None or self._writer.path != path:
             self.close_file()
             self._writer = JournalWriter(path)
-        if not self._observing and _torch.torch_loaded():
-            _torch.start_observing(self._on_event)
-            self._observing = True
-        _torch.run_ours(_JOURNAL_LOSS, self._writer.start_test, nodeid, self._env.read())
+        if not self._observing and runtime.torch_loaded():
+            from .._torch import observe
 
-    def _on_event(self, event: _torch.TorchEvent) -> None:
+            observe.start_observing(self._on_event)
+            self._observing = True
+        faults.run_ours(_JOURNAL_LOSS, self._writer.start_test, nodeid, self._env.read())
+
+    def _on_event(self, event: events.TorchEvent) -> None:
         writer = self._writer
         action = journal_action(event)
         if writer is not None and action is not None:
-            _torch.run_ours(_JOURNAL_LOSS, writer.note, action)
+            faults.run_ours(_JOURNAL_LOSS, writer.note, action)
 
     def close_file(self) -> None:
         if self._writer is not None:
@@ -89,12 +91,14 @@ class CrashJournal:
 
     def close(self) -> None:
         if self._observing:
-            _torch.stop_observing(self._on_event)
+            from .._torch import observe
+
+            observe.stop_observing(self._on_event)
             self._observing = False
         self.close_file()
 
 
-def journal_action(event: _torch.TorchEvent) -> Action | None:
+def journal_action(event: events.TorchEvent) -> Action | None:
     """The journal's reading of one of torch's events; None for an event that is no change of
     activity."""
     doing = _DOING.get(type(event))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from .. import _torch
+from .._torch import events, runtime, thread_names
 from ..core.diagnosis import error_record, hook_diagnoser
 from ..core.environment import UserEnvReader
 from ..core.facts import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
@@ -78,7 +78,9 @@ class ReportPlugin:
 
     def close(self) -> None:
         if self.observing:
-            _torch.stop_observing(self._on_event)
+            from .._torch import observe
+
+            observe.stop_observing(self._on_event)
             self.observing = False
 
     # -- hooks ---------------------------------------------------------------------------------
@@ -87,9 +89,11 @@ class ReportPlugin:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self._thread_watch.cover_phase()
         activity = None
-        if _torch.torch_loaded():
+        if runtime.torch_loaded():
+            from .._torch import observe
+
             self._observe()
-            _torch.begin_test(item.nodeid)
+            observe.begin_test(item.nodeid)
             activity = TestActivity({})  # the main thread's settings are read when the body starts
         with self._lock:
             self._current = activity
@@ -101,7 +105,9 @@ class ReportPlugin:
         self._thread_watch.cover_phase()
         state = item.stash.get(test_state_key, None)
         if state is not None and state.activity is not None:
-            state.activity.main_settings = _torch.cudagraph_switches_here()
+            from .._torch import cudagraph_settings
+
+            state.activity.main_settings = cudagraph_settings.cudagraph_switches_here()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
@@ -149,12 +155,12 @@ class ReportPlugin:
         if state is None:
             return
         state.outcomes[call.when] = outcome
-        if call.when == "call" and state.settings is None and _torch.torch_loaded():
+        if call.when == "call" and state.settings is None and runtime.torch_loaded():
             state.settings = self._settings_now()  # where the body ran
         excinfo = call.excinfo
         threaded = call.when == "call" and thread_run_key in item.stash  # its threads tell
         if excinfo is not None and not threaded and not is_skip_or_xfail(excinfo.value):
-            thread = _torch.thread_label()
+            thread = thread_names.thread_label()
             state.errors.append(error_record(excinfo.value, thread, self._diagnose_hook))
 
     def _record_for(self, item: pytest.Item, foreign_errors: list[ErrorEntry]) -> TestRecord | None:
@@ -168,9 +174,9 @@ class ReportPlugin:
             activity.finish()
         threads = item.stash.get(thread_run_key, None)
         settings = (threads.settings if threads is not None else None) or state.settings
-        if settings is None and _torch.torch_loaded():
+        if settings is None and runtime.torch_loaded():
             settings = self._settings_now()
-        body_threads = threads.threads if threads is not None else (_torch.thread_label(),)
+        body_threads = threads.threads if threads is not None else (thread_names.thread_label(),)
         shown = settings_as_acted(settings or {}, activity, body_threads)
         return new_test_record(
             item.nodeid,
@@ -194,10 +200,12 @@ class ReportPlugin:
 
     def _observe(self) -> None:
         if not self.observing:
-            _torch.start_observing(self._on_event)
+            from .._torch import observe
+
+            observe.start_observing(self._on_event)
             self.observing = True
 
-    def _on_event(self, event: _torch.TorchEvent) -> None:
+    def _on_event(self, event: events.TorchEvent) -> None:
         with self._lock:
             if self._current is not None:
                 self._current.add(event)

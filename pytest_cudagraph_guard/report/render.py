@@ -8,7 +8,6 @@ import textwrap
 from collections import Counter
 from typing import Any, Final
 
-from .. import _torch
 from ..core.records import Activity, ReportDocument, TestRecord
 from .entries import (
     Group,
@@ -151,12 +150,17 @@ def _settings_text(
     their default (``only_varied``: the keys torch acted under two values; ``everything``: the
     CUDA-graph switches too, and a count of the rest)."""
     varied = record.get("settings_varied") or {}
+    switches: tuple[str, ...] = ()
+    if everything:
+        from .._torch import config_access
+
+        switches = config_access.CUDAGRAPH_SWITCHES
     shown = []
     for key, entry in record["settings"].items():
         if only_varied:
             wanted = key in varied
         else:
-            switch = everything and key in _torch.CUDAGRAPH_SWITCHES
+            switch = key in switches
             wanted = entry["source"] != "default" or key in varied or switch
         if wanted:
             shown.append(

@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import pytest
 
-from .. import _torch
+from .._torch import faults, thread_names
 from ..core.diagnosis import DiagnoseHook, error_record
 from ..core.records import ErrorEntry
 
-_WATCHING = _torch.Loss("--cudagraph-report", "errors of threads that tests start themselves")
+_WATCHING = faults.Loss("--cudagraph-report", "errors of threads that tests start themselves")
 
 
 class ThreadExceptionWatch:
@@ -51,7 +51,9 @@ class ThreadExceptionWatch:
     def seen(self, args: threading.ExceptHookArgs) -> None:
         if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
             name = (
-                _torch.thread_label(args.thread) if args.thread is not None else "<unknown thread>"
+                thread_names.thread_label(args.thread)
+                if args.thread is not None
+                else "<unknown thread>"
             )
             self._seen.append(error_record(args.exc_value, name, self._diagnose_hook))
 
@@ -72,6 +74,6 @@ class _ChainedHook:
 
     def __call__(self, args: threading.ExceptHookArgs) -> None:
         try:
-            _torch.run_ours(_WATCHING, self.watch.seen, args)  # in the thread that ended
+            faults.run_ours(_WATCHING, self.watch.seen, args)  # in the thread that ended
         finally:
             self.previous(args)

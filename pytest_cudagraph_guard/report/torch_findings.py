@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .. import _torch
+from .._torch import events
 from ..core.diagnosis import rerecord_hint, slow_path_hint
 from ..core.kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
 from ..core.records import ErrorEntry, error_entry
@@ -58,7 +58,7 @@ def divergence_entry(thread: str, key: str, seen: Any, wanted: Any) -> ErrorEntr
 
 
 def earlier_divergence_entry(
-    thread: str, origin: _torch.GraphOrigin, key: str, seen: Any, wanted: Any
+    thread: str, origin: events.GraphOrigin, key: str, seen: Any, wanted: Any
 ) -> ErrorEntry:
     """``thread`` ran code that an earlier test compiled with ``key=seen`` where this test means
     ``wanted``: torch reused it, so nothing compiled here, and the finding follows the code."""
@@ -79,7 +79,9 @@ def earlier_divergence_entry(
 
 
 def _divergence_hint(key: str, seen: Any) -> str:
-    if _torch.config_is_process_wide():
+    from .._torch import cudagraph_settings
+
+    if cudagraph_settings.config_is_process_wide():
         return (
             "config is process-wide on this torch: something changed it between the test's "
             "start and this compile"

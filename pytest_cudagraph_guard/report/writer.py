@@ -11,7 +11,7 @@ from typing import Final, cast
 
 import pytest
 
-from .. import _torch
+from .._torch import runtime
 from ..core.fault_guard import Part
 from ..core.kinds import UNCLASSIFIED
 from ..core.options import ReportFormat, applied_lines
@@ -129,8 +129,8 @@ class ReportWriter:
 
 def _environment(options: OptionsRecord | None) -> Environment:
     try:
-        found = _torch.versions()
-    except _torch.TorchNotInstalled:
+        found = runtime.versions()
+    except runtime.TorchNotInstalled:
         import platform
 
         return environment_record(python=platform.python_version(), options=options)

@@ -17,14 +17,13 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from .._torch import Loss
-from .._torch.faults import run_ours
+from .._torch import faults
 from ..core.markers import THREAD_MARKER
 
 CpuReader = Callable[[], int]
 
 
-PLACEMENT_LOSS: Final = Loss(
+PLACEMENT_LOSS: Final = faults.Loss(
     THREAD_MARKER, "threads started on the main thread's CPU (they start as usual)"
 )
 
@@ -43,12 +42,12 @@ class Placement:
         self.mask = None
         read_cpu = _cpu_reader()
         if read_cpu is not None:
-            self.mask = run_ours(PLACEMENT_LOSS, _pin_to_current_cpu, read_cpu)
+            self.mask = faults.run_ours(PLACEMENT_LOSS, _pin_to_current_cpu, read_cpu)
 
     def unpin(self) -> None:
         """In the thread that pinned itself, or in a thread it started: the caller's CPUs."""
         if self.mask is not None:
-            run_ours(PLACEMENT_LOSS, _set_affinity, self.mask)
+            faults.run_ours(PLACEMENT_LOSS, _set_affinity, self.mask)
 
 
 def _pin_to_current_cpu(read_cpu: CpuReader) -> set[int] | None:

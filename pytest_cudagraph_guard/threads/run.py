@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import pytest
 
-from .. import _torch
-from .._torch.faults import run_ours
+from .._torch import faults, runtime
 from ..core import config_diff, config_state
 from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
 from ..core.facts import thread_run_key
@@ -44,16 +43,16 @@ if TYPE_CHECKING:
 THREAD_NAME: Final = "cudagraph-thread-{index}"
 RELEASE_GRACE_S: Final = 30.0
 
-TREES_IMPORT_LOSS: Final = _torch.Loss(
+TREES_IMPORT_LOSS: Final = faults.Loss(
     THREAD_MARKER, "CUDAGraph Trees imported in the main thread before the threads run"
 )
-SETTINGS_LOSS: Final = _torch.Loss(
+SETTINGS_LOSS: Final = faults.Loss(
     THREAD_MARKER, "settings read in the first thread (the report reads them in the main thread)"
 )
-RELEASE_LOSS: Final = _torch.Loss(THREAD_MARKER, "each thread's CUDAGraph Trees state freed")
-READINESS_LOSS: Final = _torch.Loss(THREAD_MARKER, "what tls='init' adds to torch undone")
-RESTORE_LOSS: Final = _torch.Loss(THREAD_MARKER, "config that the threads set restored")
-EXIT_LOSS: Final = _torch.Loss(
+RELEASE_LOSS: Final = faults.Loss(THREAD_MARKER, "each thread's CUDAGraph Trees state freed")
+READINESS_LOSS: Final = faults.Loss(THREAD_MARKER, "what tls='init' adds to torch undone")
+RESTORE_LOSS: Final = faults.Loss(THREAD_MARKER, "config that the threads set restored")
+EXIT_LOSS: Final = faults.Loss(
     THREAD_MARKER, "the test goes on once its threads' OS threads have ended, not before"
 )
 PLUGIN_FAILURE: Final = (
@@ -101,7 +100,7 @@ class ThreadSession:
         item.stash[thread_run_key] = result
         if not self._trees_imported:  # its module-level state belongs to the main thread
             self._trees_imported = True
-            run_ours(TREES_IMPORT_LOSS, _import_trees_where_installed)
+            faults.run_ours(TREES_IMPORT_LOSS, _import_trees_where_installed)
         ThreadRun(body, options, result, self).run()
 
     def settings_here(self) -> dict[str, SettingEntry] | None:
@@ -109,10 +108,12 @@ class ThreadSession:
         them, or where reading them failed (noted once; the report reads them elsewhere)."""
         if self.settings_keys is None:
             return None
-        return run_ours(SETTINGS_LOSS, _settings_here, self._settings, self.settings_keys)
+        return faults.run_ours(SETTINGS_LOSS, _settings_here, self._settings, self.settings_keys)
 
     def release_thread_state(self) -> None:
-        run_ours(RELEASE_LOSS, _torch.release_cudagraph_tls)
+        from .._torch import trees
+
+        faults.run_ours(RELEASE_LOSS, trees.release_cudagraph_tls)
 
 
 def new_facts(options: ThreadOptions) -> ThreadRunFacts:
@@ -158,7 +159,9 @@ class ThreadRun:
             context = self._prepare()
             stuck = self._run_threads(context)
             if not self.options.switches:  # what the test changed is its own, as in the main thread
-                _torch.adopt_thread_overrides(self.contexts)
+                from .._torch import cudagraph_settings
+
+                cudagraph_settings.adopt_thread_overrides(self.contexts)
             self._record_errors()  # while what tls="init" adds is in effect, for its hints
         finally:
             self._clean_up()
@@ -168,29 +171,37 @@ class ThreadRun:
         """What the marker promises its threads; where code of ours cannot do it, the test fails
         saying so."""
         __tracebackhide__ = True
+        from .._torch import cudagraph_settings
+
         try:
             # From torch 2.12 the threads' overrides live and die in their own contexts.
-            if self.options.switches and _torch.config_is_process_wide():
+            if self.options.switches and cudagraph_settings.config_is_process_wide():
                 self.before = config_state.Snapshot.take()
             if self.options.tls == "init":
-                _torch.start_thread_readiness()
+                from .._torch import readiness
+
+                readiness.start_thread_readiness()
                 self.readied = True
             return self._context_with_cudagraphs()
-        except _torch.TorchNotInstalled:
+        except runtime.TorchNotInstalled:
             raise
         except Exception as exc:
             fail_as_ours("could not prepare the threads", exc)
 
     def _clean_up(self) -> None:
         if self.readied:
-            run_ours(READINESS_LOSS, _torch.stop_thread_readiness)
+            from .._torch import readiness
+
+            faults.run_ours(READINESS_LOSS, readiness.stop_thread_readiness)
         if self.before is not None:
-            run_ours(RESTORE_LOSS, _restore_config, self.before)
+            faults.run_ours(RESTORE_LOSS, _restore_config, self.before)
 
     def _context_with_cudagraphs(self) -> contextvars.Context:
         context = contextvars.copy_context()
         if self.options.switches:  # else (a suite option) the threads see the main thread's
-            context.run(_torch.apply_cudagraph_settings, self.options.trees)
+            from .._torch import cudagraph_settings
+
+            context.run(cudagraph_settings.apply_cudagraph_settings, self.options.trees)
         return context
 
     def _run_threads(self, context: contextvars.Context) -> list[threading.Thread]:
@@ -204,7 +215,7 @@ class ThreadRun:
             for thread in threads:  # no thread but a stuck one outlives the test
                 if thread not in stuck:
                     thread.join(RELEASE_GRACE_S)
-        run_ours(EXIT_LOSS, wait_until_exited, threads)
+        faults.run_ours(EXIT_LOSS, wait_until_exited, threads)
         return stuck
 
     def _start_threads(self, context: contextvars.Context) -> list[threading.Thread]:
@@ -251,8 +262,10 @@ class ThreadRun:
     def _ready_this_thread(self) -> None:
         """``ensure_cudagraph_tls()``, which the test asked for; where it fails, no thread runs
         the body and the test fails saying the plugin did."""
+        from .._torch import trees
+
         try:
-            _torch.ensure_cudagraph_tls()
+            trees.ensure_cudagraph_tls()
         except Exception as exc:
             self.barrier.abort()
             fail_as_ours("tls='init' could not ready CUDAGraph Trees in this thread", exc)
@@ -309,8 +322,10 @@ class ThreadRun:
 
 
 def _import_trees_where_installed() -> None:
-    with contextlib.suppress(_torch.TorchNotInstalled):
-        _torch.import_cudagraph_trees()
+    from .._torch import trees
+
+    with contextlib.suppress(runtime.TorchNotInstalled):
+        trees.import_cudagraph_trees()
 
 
 def _settings_here(reader: SettingsReader, keys: list[str]) -> dict[str, SettingEntry]:

@@ -8,23 +8,25 @@ from collections.abc import Iterator
 import pytest
 import torch._inductor.config as inductor
 
-from pytest_cudagraph_guard import _torch
+from pytest_cudagraph_guard._torch import config_access, cudagraph_settings, values
 
-SWITCHES = _torch.CUDAGRAPH_SWITCHES
+SWITCHES = config_access.CUDAGRAPH_SWITCHES
 
 
 @pytest.fixture
-def config() -> _torch.ConfigAccess:
-    return _torch.import_config(_torch.INDUCTOR_CONFIG)
+def config() -> config_access.ConfigAccess:
+    return config_access.import_config(config_access.INDUCTOR_CONFIG)
 
 
 def _switches() -> tuple[bool, bool]:
     return inductor.triton.cudagraphs, inductor.triton.cudagraph_trees
 
 
-@pytest.mark.skipif(_torch.config_is_process_wide(), reason="config is process-wide here")
+@pytest.mark.skipif(
+    cudagraph_settings.config_is_process_wide(), reason="config is process-wide here"
+)
 def test_set_in_context_sets_the_switches_in_that_context_alone(
-    config: _torch.ConfigAccess,
+    config: config_access.ConfigAccess,
 ) -> None:
     before = _switches()
     context = contextvars.copy_context()
@@ -43,7 +45,7 @@ def hidden_cudagraphs() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("hidden_cudagraphs")
-def test_set_in_context_leaves_a_hidden_key_to_write(config: _torch.ConfigAccess) -> None:
+def test_set_in_context_leaves_a_hidden_key_to_write(config: config_access.ConfigAccess) -> None:
     context = contextvars.copy_context()
     assert context.run(config.set_in_context, SWITCHES, (True, False)) is False
-    assert context.run(config.raw, "triton.cudagraph_trees").override is _torch.UNSET
+    assert context.run(config.raw, "triton.cudagraph_trees").override is values.UNSET

@@ -13,8 +13,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from pytest_cudagraph_guard import _torch
-from pytest_cudagraph_guard._torch import compile_events, observe
+from pytest_cudagraph_guard._torch import compile_events, faults, import_hooks, observe
 from pytest_cudagraph_guard._torch.patch_table import PATCHES, PatchRow
 from pytest_cudagraph_guard._torch.runtime import torch_version
 
@@ -392,17 +391,17 @@ def test_an_action_that_fails_after_an_import_never_fails_the_import(
     (tmp_path / "stand_in_module.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "stand_in_module", raising=False)
-    _torch.begin_fault_session()
-    loss = _torch.Loss("a feature", "what it adds")
+    faults.begin_fault_session()
+    loss = faults.Loss("a feature", "what it adds")
 
     def broken() -> None:
         raise KeyError("renamed in a new release")
 
-    assert _torch.run_after_import("stand_in_module", broken, loss)
+    assert import_hooks.run_after_import("stand_in_module", broken, loss)
     import stand_in_module  # type: ignore[import-not-found]
 
     assert stand_in_module.VALUE == 1
-    (notice,) = _torch.take_notices()
+    (notice,) = faults.take_notices()
     assert notice.startswith("cudagraph_guard internal error in a feature (torch ")
     assert re.search(r"KeyError: 'renamed in a new release'\n$", notice)
     monkeypatch.delitem(sys.modules, "stand_in_module")

@@ -13,7 +13,7 @@ def test_an_action_after_import_runs_once_the_module_is_executed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """How a test process applies the cudagraph settings where it may wait for inductor."""
-    from pytest_cudagraph_guard._torch import run_after_import
+    from pytest_cudagraph_guard._torch.import_hooks import run_after_import
 
     (tmp_path / "late_config.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))

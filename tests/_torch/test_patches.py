@@ -20,7 +20,7 @@ import torch._inductor.output_code
 import torch.cuda.graphs
 
 from pytest_cudagraph_guard import _torch
-from pytest_cudagraph_guard._torch import counting, observe, readiness, trees
+from pytest_cudagraph_guard._torch import counting, events, observe, readiness, runtime, trees
 from pytest_cudagraph_guard._torch.patch_table import PATCHES
 from pytest_cudagraph_guard._torch.patches import applied_rows
 
@@ -89,7 +89,7 @@ def _assert_applied_as_the_rows_say(prefix: str) -> None:
 
 
 def test_observing_patches_what_its_rows_say(monkeypatch: pytest.MonkeyPatch) -> None:
-    def observer(event: _torch.TorchEvent) -> None:
+    def observer(event: events.TorchEvent) -> None:
         pass
 
     monkeypatch.setattr(observe, "shares_callables_across_threads", lambda: True)  # < 2.13
@@ -142,13 +142,13 @@ def test_a_worker_importing_trees_first_patches_what_its_row_says(
 
 
 def test_tree_managers_run_unwatched_where_each_thread_has_its_own_callable() -> None:
-    def observer(event: _torch.TorchEvent) -> None:
+    def observer(event: events.TorchEvent) -> None:
         pass
 
     original = cgt.CUDAGraphTreeManager.__dict__["run"]
     observe.start_observing(observer)
     try:
         watched = cgt.CUDAGraphTreeManager.__dict__["run"] is not original
-        assert watched == (_torch.release_tuple() < (2, 13))
+        assert watched == (runtime.release_tuple() < (2, 13))
     finally:
         observe.stop_observing(observer)

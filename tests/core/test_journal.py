@@ -7,7 +7,7 @@ import signal
 import threading
 from pathlib import Path
 
-from pytest_cudagraph_guard import _torch
+from pytest_cudagraph_guard._torch import events
 from pytest_cudagraph_guard.core.death import ProcessEnd, crash_error, crash_text, summary
 from pytest_cudagraph_guard.core.journal import REPLAYED, Action, JournalWriter, read_journal
 from pytest_cudagraph_guard.report.crash_journal import journal_action
@@ -28,9 +28,9 @@ def test_a_line_per_change_of_activity_and_the_last_replay_counted_in_place(
     def drafter() -> None:
         idents.append(threading.get_ident())
         for event in (
-            _torch.Compiled("drafter-1", "inductor", {}, {}, "step"),
-            _torch.CompileEnded("drafter-1", "inductor", "step"),
-            *[_torch.Replayed("drafter-1", function="step")] * 100,
+            events.Compiled("drafter-1", "inductor", {}, {}, "step"),
+            events.CompileEnded("drafter-1", "inductor", "step"),
+            *[events.Replayed("drafter-1", function="step")] * 100,
         ):
             action = journal_action(event)
             assert action is not None
@@ -39,7 +39,7 @@ def test_a_line_per_change_of_activity_and_the_last_replay_counted_in_place(
     thread = threading.Thread(target=drafter, name="drafter-1")
     thread.start()
     thread.join()
-    assert journal_action(_torch.Skipped("drafter-1", "cpu")) is None
+    assert journal_action(events.Skipped("drafter-1", "cpu")) is None
     assert _lines(path)[-1].endswith('"count":         100}')  # rewritten in place
     assert len(_lines(path)) == 4
     writer.start_test("t.py::test_two", {"TORCHINDUCTOR_X": "1"})
@@ -69,9 +69,9 @@ def test_a_compile_that_ended_is_told_from_one_under_way(tmp_path: Path) -> None
     writer.start_test("t.py::test_one", {})
     phrases = []
     for event in (
-        _torch.Compiled("MainThread", "inductor", {}, {}, "step"),
-        _torch.CompileEnded("MainThread", "inductor", "step"),
-        _torch.Compiled("MainThread", "inductor", {}, {}, "loss"),
+        events.Compiled("MainThread", "inductor", {}, {}, "step"),
+        events.CompileEnded("MainThread", "inductor", "step"),
+        events.Compiled("MainThread", "inductor", {}, {}, "loss"),
     ):
         action = journal_action(event)
         assert action is not None
@@ -90,7 +90,7 @@ def test_a_line_cut_by_the_crash_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "journal"
     writer = JournalWriter(path)
     writer.start_test("t.py::test_one", {})
-    action = journal_action(_torch.Compiled("MainThread", "inductor", {}, {}))
+    action = journal_action(events.Compiled("MainThread", "inductor", {}, {}))
     assert action is not None
     writer.note(action)
     writer.close()

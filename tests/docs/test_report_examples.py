@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_cudagraph_guard._torch import config_is_process_wide
+from pytest_cudagraph_guard._torch.cudagraph_settings import config_is_process_wide
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "report.md"

@@ -292,20 +292,20 @@ NO_ASYNCIO = ("-p", "no:asyncio") if importlib.util.find_spec("pytest_asyncio") 
 SNAPSHOT_COUNTING_CONFTEST = """
 import torch._inductor.config
 import torch._inductor.cudagraph_trees
-from pytest_cudagraph_guard import _torch
+from pytest_cudagraph_guard._torch import config_access
 
 SNAPSHOTS = []
-original = _torch.ConfigAccess.snapshot
+original = config_access.ConfigAccess.snapshot
 
 def counting(self):
     SNAPSHOTS.append(self.name)
     return original(self)
 
 def pytest_configure(config):
-    _torch.ConfigAccess.snapshot = counting
+    config_access.ConfigAccess.snapshot = counting
 
 def pytest_unconfigure(config):
-    _torch.ConfigAccess.snapshot = original
+    config_access.ConfigAccess.snapshot = original
     print(f"SNAPSHOTS={len(SNAPSHOTS)}")
 """
 
@@ -351,18 +351,18 @@ def test_a_guard_that_cannot_read_torch_turns_off_with_a_warning(
     ourtester.makeconftest(
         """
         import torch._inductor.config
-        from pytest_cudagraph_guard import _torch
+        from pytest_cudagraph_guard._torch import config_access
 
-        original = _torch.ConfigAccess.snapshot
+        original = config_access.ConfigAccess.snapshot
 
         def unknown_layout(self):
             raise RuntimeError("a torch config layout this plugin does not know")
 
         def pytest_configure(config):
-            _torch.ConfigAccess.snapshot = unknown_layout
+            config_access.ConfigAccess.snapshot = unknown_layout
 
         def pytest_unconfigure(config):
-            _torch.ConfigAccess.snapshot = original
+            config_access.ConfigAccess.snapshot = original
         """
     )
     ourtester.makepyfile(

@@ -67,16 +67,15 @@ def test_two_sessions_in_one_process_record_what_two_processes_do(
 def test_a_session_leaves_no_import_hook_and_no_notice_behind(ourtester: pytest.Pytester) -> None:
     import sys
 
-    from pytest_cudagraph_guard import _torch
-    from pytest_cudagraph_guard._torch import import_hooks
+    from pytest_cudagraph_guard._torch import faults, import_hooks
 
     ourtester.makeconftest(
         """
-        from pytest_cudagraph_guard import _torch
+        from pytest_cudagraph_guard._torch import faults, import_hooks
 
         def pytest_configure(config):
-            _torch.run_after_import("a_module_nobody_imports", lambda: None)
-            _torch.notice_once("left", "a notice nobody takes")
+            import_hooks.run_after_import("a_module_nobody_imports", lambda: None)
+            faults.notice_once("left", "a notice nobody takes")
         """
     )
     ourtester.makepyfile("def test_nothing(): pass")
@@ -84,4 +83,4 @@ def test_a_session_leaves_no_import_hook_and_no_notice_behind(ourtester: pytest.
     ourtester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert sys.meta_path == before
     assert import_hooks._WAITING == []
-    assert _torch.take_notices() == []
+    assert faults.take_notices() == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagraph_guard._torch import settings_can_wait_for_import
+from pytest_cudagraph_guard._torch.cudagraph_settings import settings_can_wait_for_import
 
 from ..procfs import all_gone, session_in_background, wait_for
 from .conftest import FORKED_BY_A_ZYGOTE

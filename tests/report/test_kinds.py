@@ -13,8 +13,9 @@ import pytest
 import torch
 import torch._inductor.cudagraph_trees as cgt
 
-from pytest_cudagraph_guard import _torch, diagnose
+from pytest_cudagraph_guard import diagnose
 from pytest_cudagraph_guard._torch import observe, tree_events
+from pytest_cudagraph_guard._torch.events import RecordingStarted, Rerecorded, Skipped, TorchEvent
 from pytest_cudagraph_guard._torch.patches import Patches
 from pytest_cudagraph_guard.core.diagnosis import error_record
 from pytest_cudagraph_guard.core.kinds import OVERWRITTEN_OUTPUT, POOL_LEAK, RERECORD, SLOW_PATH
@@ -145,7 +146,7 @@ for _cls, _module, _name in (
 
 @pytest.fixture
 def events() -> Any:
-    seen: list[_torch.TorchEvent] = []
+    seen: list[TorchEvent] = []
     observe.start_observing(seen.append)
     patches = Patches()
     try:
@@ -165,15 +166,10 @@ def test_a_graph_recorded_again_carries_torchs_reason(events: list[Any]) -> None
     assert manager.run([3], 3) == "recorded"
     manager.roots[3][:] = [_StandInNode(status.SUCCESS)]
     assert manager.run([4], 3) == "replayed"
-    found = [e for e in events if isinstance(e, _torch.Rerecorded)]
+    found = [e for e in events if isinstance(e, Rerecorded)]
     assert (
         found
-        == [
-            _torch.Rerecorded(
-                "MainThread", "step (model.py:7)", "static input data pointer changed"
-            )
-        ]
-        * 2
+        == [Rerecorded("MainThread", "step (model.py:7)", "static input data pointer changed")] * 2
     )
     activity = report_activity.TestActivity({})
     for event in events:
@@ -194,7 +190,7 @@ def test_a_new_input_size_is_a_graph_recorded_again(events: list[Any]) -> None:
 
     _StandInTrees.cudagraphify(model, [8], stack_traces=[STACK])
     _StandInTrees.cudagraphify(model, [16], stack_traces=[STACK])
-    assert events == [_torch.Rerecorded("MainThread", "step (model.py:7)", tree_events.NEW_SIZES)]
+    assert events == [Rerecorded("MainThread", "step (model.py:7)", tree_events.NEW_SIZES)]
 
 
 def test_a_replay_names_the_function_of_the_node_torch_runs(events: list[Any]) -> None:
@@ -207,8 +203,8 @@ def test_a_replay_names_the_function_of_the_node_torch_runs(events: list[Any]) -
 
 def test_a_recording_is_in_the_crash_journal_before_its_capture(events: list[Any]) -> None:
     _StandInManager().record_function([1], 3)
-    [started] = [e for e in events if isinstance(e, _torch.RecordingStarted)]
-    assert started == _torch.RecordingStarted("MainThread", "step (model.py:7)")
+    [started] = [e for e in events if isinstance(e, RecordingStarted)]
+    assert started == RecordingStarted("MainThread", "step (model.py:7)")
     action = journal_action(started)
     assert action is not None
     assert action.phrase() == (
@@ -229,8 +225,8 @@ def test_the_rerecord_limit_is_a_skip_and_a_finding(events: list[Any]) -> None:
         "cudagraph node None due to static input data pointer changed.\ninput name: primals_1."
     )
     skip, rerecord = events
-    assert isinstance(skip, _torch.Skipped)
-    assert isinstance(rerecord, _torch.Rerecorded)
+    assert isinstance(skip, Skipped)
+    assert isinstance(rerecord, Rerecorded)
     assert rerecord.reason == skip.reason
     assert skip.reason.endswith("due to static input data pointer changed.")
     [finding] = _activity_of(events).findings()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagraph_guard._torch import config_is_process_wide
+from pytest_cudagraph_guard._torch.cudagraph_settings import config_is_process_wide
 
 from ..helpers import name_of, read_report
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard._torch import observe
+from pytest_cudagraph_guard._torch.events import CrossThread, TorchEvent
 
 from ..conftest import QUIET_INI
 from ..helpers import read_report, records_by_name
@@ -332,7 +332,7 @@ def test_a_graph_run_through_another_threads_manager_is_seen(
 ) -> None:
     """The observers' own path on torch < 2.13: a manager made in one thread, a compiled
     function's call (``functools.partial(manager.run, function_id=...)``) from another."""
-    events: list[_torch.TorchEvent] = []
+    events: list[TorchEvent] = []
     monkeypatch.setattr(observe, "shares_callables_across_threads", lambda: True)
     monkeypatch.setattr(observe, "patch_tree_events", lambda *args: None)  # not the stand-in's
     observe.start_observing(events.append)
@@ -355,15 +355,14 @@ def test_a_graph_run_through_another_threads_manager_is_seen(
         observe.stop_observing(events.append)  # puts the stand-in's methods back too
     assert manager.runs[:2] == ["MainThread", "drafter-1"]
     assert manager.runs[2].startswith("Dummy-")
-    assert [e for e in events if isinstance(e, _torch.CrossThread)] == [
-        _torch.CrossThread("drafter-1", "MainThread", "shared_step (trainer.py:12)")
+    assert [e for e in events if isinstance(e, CrossThread)] == [
+        CrossThread("drafter-1", "MainThread", "shared_step (trainer.py:12)")
     ]
 
 
 CROSS_THREAD_TEST = """
 import threading
 import pytest
-from pytest_cudagraph_guard import _torch
 from pytest_cudagraph_guard._torch import observe
 
 class Manager:
@@ -487,7 +486,7 @@ def test_fail_on_fails_the_test_with_that_kind_only(
 
 
 def test_fail_on_config_divergence(ourtester: pytest.Pytester) -> None:
-    from pytest_cudagraph_guard._torch import config_is_process_wide
+    from pytest_cudagraph_guard._torch.cudagraph_settings import config_is_process_wide
 
     ourtester.makepyfile(test_suite=FAIL_ON_SUITE)
     result = ourtester.runpytest(

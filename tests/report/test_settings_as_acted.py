@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from pytest_cudagraph_guard import _torch
+from pytest_cudagraph_guard._torch import thread_names
 
 from ..helpers import records_by_name
 
@@ -109,9 +109,9 @@ def test_a_thread_python_did_not_start_is_named_for_what_it_is() -> None:
 
     def native() -> None:
         try:
-            seen["outside"] = _torch.thread_label()
+            seen["outside"] = thread_names.thread_label()
             x = torch.ones(2, requires_grad=True)
-            x.register_hook(lambda grad: seen.update(backward=_torch.thread_label()))
+            x.register_hook(lambda grad: seen.update(backward=thread_names.thread_label()))
             (x * 2).sum().backward()
             seen["dummy"] = type(threading.current_thread()).__name__
         finally:
@@ -120,11 +120,11 @@ def test_a_thread_python_did_not_start_is_named_for_what_it_is() -> None:
     _thread.start_new_thread(native, ())
     assert done.wait(60)
     assert seen == {
-        "outside": _torch.NATIVE_THREAD,
-        "backward": _torch.AUTOGRAD_THREAD,
+        "outside": thread_names.NATIVE_THREAD,
+        "backward": thread_names.AUTOGRAD_THREAD,
         "dummy": "_DummyThread",
     }
-    assert _torch.thread_label() == threading.current_thread().name
+    assert thread_names.thread_label() == threading.current_thread().name
 
 
 NATIVE_SUITE = """
@@ -150,5 +150,5 @@ def test_records_name_a_native_thread(ourtester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
     record = records_by_name(ourtester.path / "r.json")["test_compiles_in_a_native_thread"]
     activity = record["activity"]
-    assert [c["thread"] for c in activity["compiled"]] == [_torch.NATIVE_THREAD]
-    assert list(activity["by_thread"]) == [_torch.NATIVE_THREAD]
+    assert [c["thread"] for c in activity["compiled"]] == [thread_names.NATIVE_THREAD]
+    assert list(activity["by_thread"]) == [thread_names.NATIVE_THREAD]

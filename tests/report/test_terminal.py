@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_cudagraph_guard import _torch
+from pytest_cudagraph_guard._torch import cudagraph_settings
 from pytest_cudagraph_guard.core.records import (
     activity_record,
     error_entry,
@@ -228,7 +228,9 @@ def test_sets_in_its_body():
 """
 
 
-@pytest.mark.skipif(_torch.config_is_process_wide(), reason="needs per-thread config (>= 2.12)")
+@pytest.mark.skipif(
+    cudagraph_settings.config_is_process_wide(), reason="needs per-thread config (>= 2.12)"
+)
 def test_a_cut_finding_keeps_its_key_values_and_threads(ourtester: pytest.Pytester) -> None:
     """The threads set CUDA graphs on themselves, the main thread had them off: the one line of
     each format keeps the key, both values and the threads, and the hint is this direction's."""

@@ -14,7 +14,9 @@ from ..helpers import records_by_name
 BREAK_OURS = """
 import pytest
 
-import pytest_cudagraph_guard._torch
+import pytest_cudagraph_guard._torch.cudagraph_settings
+import pytest_cudagraph_guard._torch.readiness
+import pytest_cudagraph_guard._torch.trees
 import pytest_cudagraph_guard.threads.launch
 import pytest_cudagraph_guard.threads.run
 
@@ -33,8 +35,8 @@ def ours_broken(monkeypatch):
 
 # What a broken function of ours left undone in this process, which pytester's sessions share.
 CLEAN_UP = {
-    "pytest_cudagraph_guard._torch.stop_thread_readiness": (
-        "pytest_cudagraph_guard._torch.stop_thread_readiness()"
+    "pytest_cudagraph_guard._torch.readiness.stop_thread_readiness": (
+        "pytest_cudagraph_guard._torch.readiness.stop_thread_readiness()"
     ),
 }
 
@@ -61,8 +63,11 @@ def test_the_body_ran():
             "pytest_cudagraph_guard.threads.run._settings_here",
             "settings read in the first thread",
         ),
-        ("pytest_cudagraph_guard._torch.release_cudagraph_tls", "CUDAGraph Trees state freed"),
-        ("pytest_cudagraph_guard._torch.stop_thread_readiness", "what tls='init' adds"),
+        (
+            "pytest_cudagraph_guard._torch.trees.release_cudagraph_tls",
+            "CUDAGraph Trees state freed",
+        ),
+        ("pytest_cudagraph_guard._torch.readiness.stop_thread_readiness", "what tls='init' adds"),
         pytest.param(
             "pytest_cudagraph_guard.threads.launch._pin_to_current_cpu",
             "threads started on the main thread's CPU",
@@ -92,8 +97,11 @@ def test_a_failure_of_ours_around_the_body_is_one_warning(
 @pytest.mark.parametrize(
     ("target", "what"),
     [
-        ("pytest_cudagraph_guard._torch.ensure_cudagraph_tls", "tls='init' could not ready"),
-        ("pytest_cudagraph_guard._torch.apply_cudagraph_settings", "could not prepare"),
+        ("pytest_cudagraph_guard._torch.trees.ensure_cudagraph_tls", "tls='init' could not ready"),
+        (
+            "pytest_cudagraph_guard._torch.cudagraph_settings.apply_cudagraph_settings",
+            "could not prepare",
+        ),
     ],
 )
 def test_a_marker_the_plugin_cannot_honour_fails_the_test_naming_the_plugin(
