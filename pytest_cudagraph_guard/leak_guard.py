@@ -13,8 +13,8 @@ import pytest
 
 from . import _torch
 from .core.config_state import QuickCheck, Snapshot
-from .core.facts import leaks_key
 from .core.fault_guard import Part
+from .core.stash_keys import leaks_key
 from .core.warnings import (
     CudagraphConfigLeakWarning,
     warn_torch_notices,

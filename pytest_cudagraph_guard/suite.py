@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import pytest
 
 from . import _torch
-from .core.facts import applied_by_key
 from .core.fault_guard import Part
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
 from .core.options import applied_lines, plugin_options
+from .core.stash_keys import applied_by_key
 
 if TYPE_CHECKING:
     from .core.session import PluginSession

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .. import _torch
-from .environment import environ_stamp, torch_env
+from .torch_env import environ_stamp, torch_env
 
 if TYPE_CHECKING:
     from .._torch import ConfigAccess, RawEntry

@@ -15,7 +15,7 @@ from typing import Final
 import pytest
 
 from .. import _torch
-from .kinds import (
+from .entry_kinds import (
     CAPTURE_CONFLICT,
     OVERWRITTEN_OUTPUT,
     POOL_LEAK,

@@ -47,7 +47,7 @@ class MarkerError(Exception):
 
 def applied_by_option(item: pytest.Item) -> str | None:
     """The suite option that applied a marker of the plugin to ``item``; None: its own."""
-    from .facts import applied_by_key
+    from .stash_keys import applied_by_key
 
     return item.stash.get(applied_by_key, None)
 

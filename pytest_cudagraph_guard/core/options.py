@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import pytest
 
+from .entry_kinds import ALL_KINDS
 from .env_names import ENV_NAME_RULE, is_env_name
-from .kinds import ALL_KINDS
 from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
 
 if TYPE_CHECKING:

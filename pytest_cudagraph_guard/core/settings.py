@@ -8,8 +8,8 @@ from typing import Any, Final, NamedTuple
 
 from .. import _torch
 from .._torch import HIDDEN, UNSET
-from .environment import EnvironStamp, environ_stamp, user_torch_env
 from .records import SettingEntry, setting_entry
+from .torch_env import EnvironStamp, environ_stamp, user_torch_env
 
 # Besides the config modules, the modules whose source names the variables torch reads.
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)

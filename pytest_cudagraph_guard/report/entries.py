@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..core.kinds import FINDING_KINDS, PLUGIN_ERROR, UNCLASSIFIED
+from ..core.entry_kinds import FINDING_KINDS, PLUGIN_ERROR, UNCLASSIFIED
 from ..core.options import CUDAGRAPH_SKIP, LEAK
 from ..core.records import ErrorEntry, LeakEntry, SkipEntry, TestRecord
 

@@ -11,8 +11,6 @@ import pytest
 
 from .. import _torch
 from ..core.diagnosis import error_record, hook_diagnoser
-from ..core.environment import UserEnvReader
-from ..core.facts import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
 from ..core.fault_guard import Part
 from ..core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
@@ -25,6 +23,8 @@ from ..core.records import (
     no_activity,
 )
 from ..core.settings import SettingsReader
+from ..core.stash_keys import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
+from ..core.torch_env import UserEnvReader
 from .acted_settings import settings_as_acted
 from .activity import TestActivity
 from .fail_on import failure_text, findings
@@ -32,7 +32,7 @@ from .thread_watch import ThreadExceptionWatch
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession
-    from ..core.thread_facts import ThreadRunFacts
+    from ..core.thread_run_facts import ThreadRunFacts
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER, MAIN_THREAD_MARKER)

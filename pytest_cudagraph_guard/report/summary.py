@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from ..core.kinds import FINDING_KINDS, PLUGIN_ERROR, RERECORD
+from ..core.entry_kinds import FINDING_KINDS, PLUGIN_ERROR, RERECORD
 from ..core.records import TestRecord
 from .entries import first_line, kind_name, skip_text
 

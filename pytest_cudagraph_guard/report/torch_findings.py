@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from .. import _torch
 from ..core.diagnosis import rerecord_hint, slow_path_hint
-from ..core.kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
+from ..core.entry_kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
 from ..core.records import ErrorEntry, error_entry
 from ..core.settings import default_entry, jsonable
 

@@ -12,8 +12,8 @@ from typing import Final, cast
 import pytest
 
 from .. import _torch
+from ..core.entry_kinds import UNCLASSIFIED
 from ..core.fault_guard import Part
-from ..core.kinds import UNCLASSIFIED
 from ..core.options import ReportFormat, applied_lines
 from ..core.records import (
     USER_PROPERTY,

@@ -9,7 +9,7 @@ import threading
 import traceback
 from typing import Any, Final
 
-from ..core.kinds import THREAD_ERROR
+from ..core.entry_kinds import THREAD_ERROR
 from ..core.markers import THREAD_MARKER
 from ..core.records import ErrorEntry
 
