@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Final, TypeAlias, TypedDict
 
+from ..versions import Versions
+
 USER_PROPERTY: Final = "cudagraph"
 # A value as JSON holds it.
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
@@ -113,15 +115,9 @@ class OptionsRecord(TypedDict):
     origins: dict[str, str]  # e.g. "--cudagraph-threads", "ini option cudagraph_tls", "default"
 
 
-class Environment(TypedDict):
-    """The versions and GPUs the session ran with (None: not installed or not known)."""
+class Environment(Versions):
+    """The versions and GPUs the session ran with, and its options."""
 
-    python: str
-    torch: str | None
-    triton: str | None
-    cuda: str | None
-    driver: str | None
-    gpus: list[str]
     options: OptionsRecord | None  # the session's options; None: not known
 
 
