@@ -1,4 +1,5 @@
-"""``--cudagraph-guard``: catches tests that leave torch config or environment changes behind."""
+"""``--cudagraph-guard``: catches tests that leave torch config or environment changes behind.
+Registered by ``plugin.py`` unless ``--cudagraph-guard=off``."""
 
 from __future__ import annotations
 

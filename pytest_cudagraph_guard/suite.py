@@ -1,6 +1,7 @@
 """``--cudagraph-threads`` and ``--cudagraph-subprocess``: a suite's tests run as if marked,
 without editing them, each seeing the config it would see in the main thread. A test's own
-marker, or ``cudagraph_main_thread``, wins. ``--cudagraph-on``: CUDA graphs on for every test."""
+marker, or ``cudagraph_main_thread``, wins. ``--cudagraph-on``: CUDA graphs on for every test.
+Registered by ``plugin.py`` where these options ask for it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The plugin's markers: their names and documentation, and which of them a test carries.
-Their arguments are checked by :mod:`.marker_arguments`, loaded once a test carries one."""
+Read by ``plugin.py``, the features and the report; their arguments are checked by
+:mod:`.marker_arguments`, loaded once a test carries one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every option and ini key of the plugin, resolved once per session into one frozen
+"""Every option and ini key of the plugin, resolved once per session (by ``plugin.py``, read by
+every feature through ``core.session``) into one frozen
 :class:`PluginOptions`: the command line, else the ini file, else the default, each value with
 where it came from. A bad value is one usage error that names that origin and the value.
 

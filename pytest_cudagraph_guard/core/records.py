@@ -1,4 +1,5 @@
-"""The records that features exchange and the report shows, each built in one place.
+"""The records that features exchange and the report shows, each built in one place: here, by
+the functions that the features and the report call.
 
 A record holds builtin types only: it rides on a test's report as a user property, so it
 crosses pytest-xdist and test processes as JSON.

@@ -1,4 +1,5 @@
-"""The effective cudagraph settings, each with where its value comes from."""
+"""The effective cudagraph settings, each with where its value comes from: for the report, the
+fixtures, the thread marker, ``--cudagraph-settings`` and the public ``effective_settings``."""
 
 from __future__ import annotations
 

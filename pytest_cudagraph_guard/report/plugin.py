@@ -1,5 +1,6 @@
 """The report's plugin in the process that runs the tests: watches each test's phases and what
-torch did meanwhile, and attaches the test's record to its teardown report."""
+torch did meanwhile, and attaches the test's record to its teardown report. Registered by
+``plugin.py`` where a report or ``--cudagraph-fail-on`` is asked for."""
 
 from __future__ import annotations
 

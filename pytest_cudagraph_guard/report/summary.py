@@ -1,5 +1,6 @@
 """The summary block of the terminal and Markdown reports: what torch did over the session, its
-CUDA-graph skips and re-records by reason, the errors and findings by kind, the leaks."""
+CUDA-graph skips and re-records by reason, the errors and findings by kind, the leaks. For
+:mod:`.writer` and :mod:`.markdown`."""
 
 from __future__ import annotations
 

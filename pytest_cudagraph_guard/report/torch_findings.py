@@ -1,7 +1,7 @@
 """The findings of a test's CUDA-graph activity as report entries: a graph run through another
 thread's tree manager, a compile whose settings diverge from the main thread's, a graph recorded
 again, the fast path left. Each identical finding of a test (same thread, function, reason) is
-one entry with its count."""
+one entry with its count. Made by :mod:`.activity`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Where results are gathered: the records from each test's teardown report, printed as a
-terminal section and written to the files asked for."""
+terminal section and written to the files asked for. Registered by ``plugin.py`` where a
+report is asked for, in the process the records end up in (not a test process or xdist worker)."""
 
 from __future__ import annotations
 

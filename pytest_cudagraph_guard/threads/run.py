@@ -1,4 +1,5 @@
-"""``@pytest.mark.cudagraph_thread``: the test's call phase in fresh non-main threads.
+"""``@pytest.mark.cudagraph_thread``: the test's call phase in fresh non-main threads, run for
+:mod:`.plugin`.
 
 What every marked test of a session shares is found once (``ThreadSession``); per test, only what
 the marker's arguments ask for is done. Code of ours that fails around the test's body is noted
