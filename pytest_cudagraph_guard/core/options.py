@@ -1,7 +1,7 @@
 """Every option and ini key of the plugin, resolved once per session (by ``plugin.py``, read by
-every feature through ``core.session``) into one frozen
-:class:`PluginOptions`: the command line, else the ini file, else the default, each value with
-where it came from. A bad value is one usage error that names that origin and the value.
+every feature through ``core.session``) into one frozen :class:`PluginOptions`: the command line,
+else the ini file, else the default, each value with where it came from. A bad value is one usage
+error that names that origin and the value.
 
 The declarations (``pytest_addoption``) are in :mod:`.option_declarations`.
 """
