@@ -1,4 +1,5 @@
-"""Hooks that other plugins may implement (registered through ``pytest_addhooks``)."""
+"""Hooks that other plugins may implement (registered by ``plugin.py`` through
+``pytest_addhooks``)."""
 
 from __future__ import annotations
 

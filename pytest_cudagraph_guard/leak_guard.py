@@ -1,4 +1,5 @@
-"""``--cudagraph-guard``: catches tests that leave torch config or environment changes behind."""
+"""``--cudagraph-guard``: catches tests that leave torch config or environment changes behind.
+Registered by ``plugin.py`` unless ``--cudagraph-guard=off``."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 
 from ._torch import faults, runtime
 from .core.config_state import QuickCheck, Snapshot
-from .core.facts import leaks_key
 from .core.fault_guard import Part
+from .core.stash_keys import leaks_key
 from .core.warnings import (
     CudagraphConfigLeakWarning,
     warn_torch_notices,

@@ -3,7 +3,7 @@ cannot work on the installed torch, and internal errors of ours caught inside to
 
 Notices are noted where they happen (inside a compile, an import, a worker thread) and warned
 here, from hooks where pytest records warnings and nothing of torch's or the user's is on the
-stack. Each is warned once per session."""
+stack. Each is warned once per session. Registered by ``plugin.py`` in every session."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """``--cudagraph-threads`` and ``--cudagraph-subprocess``: a suite's tests run as if marked,
 without editing them, each seeing the config it would see in the main thread. A test's own
-marker, or ``cudagraph_main_thread``, wins. ``--cudagraph-on``: CUDA graphs on for every test."""
+marker, or ``cudagraph_main_thread``, wins. ``--cudagraph-on``: CUDA graphs on for every test.
+Registered by ``plugin.py`` where these options ask for it."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import pytest
 
 from ._torch import runtime
-from .core.facts import applied_by_key
 from .core.fault_guard import Part
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
 from .core.options import applied_lines, plugin_options
+from .core.stash_keys import applied_by_key
 
 if TYPE_CHECKING:
     from .core.session import PluginSession

@@ -7,18 +7,8 @@ import sys
 import threading
 import warnings
 from types import ModuleType
-from typing import TypedDict
 
-
-class Versions(TypedDict):
-    """What a report says the session ran with (None: not installed or not known)."""
-
-    python: str
-    torch: str | None
-    triton: str | None
-    cuda: str | None
-    driver: str | None
-    gpus: list[str]
+from ..versions import Versions
 
 
 class TorchNotInstalled(ImportError):

@@ -1,5 +1,6 @@
 """What differs between two snapshots of the guarded state (:mod:`.config_state`), in effect,
-and putting the earlier one back: loaded once something changed."""
+and putting the earlier one back, for the leak guard and the thread marker (``threads.run``):
+loaded once something changed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The guard object behind the ``inductor_config`` and ``dynamo_config`` fixtures."""
+"""The guard object behind the ``inductor_config`` and ``dynamo_config`` fixtures, made by
+:mod:`..fixtures` (public as ``ConfigGuard``)."""
 
 from __future__ import annotations
 

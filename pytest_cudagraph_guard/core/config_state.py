@@ -1,5 +1,6 @@
 """Snapshots of the guarded state (torch's config modules and environment), and a cheap check
-that it is unchanged; what changed, and putting it back, is :mod:`.config_diff`'s."""
+that it is unchanged, for the leak guard and the thread marker (``threads.run``); what changed,
+and putting it back, is :mod:`.config_diff`'s."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._torch import runtime
-from .environment import environ_stamp, torch_env
+from .torch_env import environ_stamp, torch_env
 
 if TYPE_CHECKING:
     from .._torch import config_access, values

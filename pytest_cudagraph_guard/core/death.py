@@ -23,9 +23,8 @@ from typing import Any, Final
 
 import pytest
 
-from .facts import applied_by_key
+from .entry_kinds import PROCESS_CRASH, TIMEOUT
 from .journal import NOTHING_READ, JournalReading, read_journal
-from .kinds import PROCESS_CRASH, TIMEOUT
 from .markers import SUBPROCESS_MARKER
 from .records import (
     USER_PROPERTY,
@@ -37,6 +36,7 @@ from .records import (
     no_activity,
 )
 from .stacks import Dump, parse_stacks, split_dump
+from .stash_keys import applied_by_key
 
 TAIL_LINES: Final = 30
 PHASES: Final = ("setup", "call", "teardown")

@@ -1,4 +1,5 @@
-"""Names and explains the thread, TLS and capture errors of CUDA graphs.
+"""Names and explains the thread, TLS and capture errors of CUDA graphs, for the report's
+entries, the thread marker's failures and the public ``diagnose``.
 
 Classification looks at the exception's type, the functions and files in its traceback and the
 CUDA error text, never at torch's version string alone; hints are worded for the installed torch.
@@ -15,7 +16,7 @@ from typing import Final
 import pytest
 
 from .._torch import faults, runtime
-from .kinds import (
+from .entry_kinds import (
     CAPTURE_CONFLICT,
     OVERWRITTEN_OUTPUT,
     POOL_LEAK,

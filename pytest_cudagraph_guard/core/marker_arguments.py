@@ -1,5 +1,6 @@
 """The arguments of the plugin's markers: checked, into typed options, with one message that
-names the marker and the argument for a bad one."""
+names the marker and the argument for a bad one. Read by ``plugin.py`` and by the features
+that run marked tests (``threads.run``, ``isolation``)."""
 
 from __future__ import annotations
 

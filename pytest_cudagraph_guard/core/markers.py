@@ -1,5 +1,6 @@
 """The plugin's markers: their names and documentation, and which of them a test carries.
-Their arguments are checked by :mod:`.marker_arguments`, loaded once a test carries one."""
+Read by ``plugin.py``, the features and the report; their arguments are checked by
+:mod:`.marker_arguments`, loaded once a test carries one."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ class MarkerError(Exception):
 
 def applied_by_option(item: pytest.Item) -> str | None:
     """The suite option that applied a marker of the plugin to ``item``; None: its own."""
-    from .facts import applied_by_key
+    from .stash_keys import applied_by_key
 
     return item.stash.get(applied_by_key, None)
 

@@ -1,4 +1,5 @@
-"""The plugin's command-line options and ini keys, as ``pytest --help`` shows them.
+"""The plugin's command-line options and ini keys, as ``pytest --help`` shows them: declared by
+``plugin.py``'s ``pytest_addoption``.
 
 Every ini key is read as text (a list for the list keys), and a command-line option that is
 not given is None: :mod:`.options` tells "not given" from a value and checks each value itself,

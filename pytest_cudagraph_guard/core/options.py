@@ -1,6 +1,7 @@
-"""Every option and ini key of the plugin, resolved once per session into one frozen
-:class:`PluginOptions`: the command line, else the ini file, else the default, each value with
-where it came from. A bad value is one usage error that names that origin and the value.
+"""Every option and ini key of the plugin, resolved once per session (by ``plugin.py``, read by
+every feature through ``core.session``) into one frozen :class:`PluginOptions`: the command line,
+else the ini file, else the default, each value with where it came from. A bad value is one usage
+error that names that origin and the value.
 
 The declarations (``pytest_addoption``) are in :mod:`.option_declarations`.
 """
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import pytest
 
+from .entry_kinds import ALL_KINDS
 from .env_names import ENV_NAME_RULE, is_env_name
-from .kinds import ALL_KINDS
 from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
 
 if TYPE_CHECKING:

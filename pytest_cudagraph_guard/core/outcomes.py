@@ -1,4 +1,5 @@
-"""Test outcomes as pytest reports them, read in one place."""
+"""Test outcomes as pytest reports them, read in one place: by ``plugin.py``, the fixtures, the
+report and the thread marker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The records that features exchange and the report shows, each built in one place.
+"""The records that features exchange and the report shows, each built in one place: here, by
+the functions that the features and the report call.
 
 A record holds builtin types only: it rides on a test's report as a user property, so it
 crosses pytest-xdist and test processes as JSON.
@@ -7,6 +8,8 @@ crosses pytest-xdist and test processes as JSON.
 from __future__ import annotations
 
 from typing import Any, Final, TypeAlias, TypedDict
+
+from ..versions import Versions
 
 USER_PROPERTY: Final = "cudagraph"
 # A value as JSON holds it.
@@ -113,15 +116,9 @@ class OptionsRecord(TypedDict):
     origins: dict[str, str]  # e.g. "--cudagraph-threads", "ini option cudagraph_tls", "default"
 
 
-class Environment(TypedDict):
-    """The versions and GPUs the session ran with (None: not installed or not known)."""
+class Environment(Versions):
+    """The versions and GPUs the session ran with, and its options."""
 
-    python: str
-    torch: str | None
-    triton: str | None
-    cuda: str | None
-    driver: str | None
-    gpus: list[str]
     options: OptionsRecord | None  # the session's options; None: not known
 
 

@@ -1,4 +1,5 @@
-"""The effective cudagraph settings, each with where its value comes from."""
+"""The effective cudagraph settings, each with where its value comes from: for the report, the
+fixtures, the thread marker, ``--cudagraph-settings`` and the public ``effective_settings``."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .._torch import runtime, values
-from .environment import EnvironStamp, environ_stamp, user_torch_env
 from .records import SettingEntry, setting_entry
+from .torch_env import EnvironStamp, environ_stamp, user_torch_env
 
 if TYPE_CHECKING:
     from .._torch import config_access

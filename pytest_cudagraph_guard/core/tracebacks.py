@@ -1,4 +1,5 @@
-"""Where an exception was raised, read from its traceback. Standard library only."""
+"""Where an exception was raised, read from its traceback, for :mod:`.diagnosis` and the leak
+guard. Standard library only."""
 
 from __future__ import annotations
 

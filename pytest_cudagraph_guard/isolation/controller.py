@@ -15,7 +15,6 @@ from typing import Any, Final
 import pytest
 
 from ..core.death import ProcessEnd, log_process_death
-from ..core.environment import user_torch_env
 from ..core.journal import read_journal
 from ..core.marker_arguments import SubprocessOptions
 from ..core.markers import plugin_marks
@@ -23,6 +22,7 @@ from ..core.options import PluginOptions
 from ..core.records import setting_entry
 from ..core.session import PluginSession
 from ..core.settings import cudagraph_switches
+from ..core.torch_env import user_torch_env
 from ..core.warnings import CudagraphGuardWarning, notify
 from . import timeouts
 from .pool import ChildExit, SubprocessRunner

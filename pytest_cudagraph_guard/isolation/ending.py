@@ -1,5 +1,6 @@
 """How a test process ends: what it notes for the zygote of the modules the next test process
-will need, and the exit code it says on the zygote's pipe once its last result is written."""
+will need, and the exit code it says on the zygote's pipe once its last result is written.
+Called by :mod:`.child`."""
 
 from __future__ import annotations
 

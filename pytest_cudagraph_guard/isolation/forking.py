@@ -1,5 +1,6 @@
 """How the zygote makes test processes: a fork only while forking is sound, each test process in
-a process group and an output folder of its own, and its end reaped off the critical path."""
+a process group and an output folder of its own, and its end reaped off the critical path.
+For :mod:`.zygote` and :mod:`.spares`; :mod:`.pool` ends a process group with it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What a test process collects: only what is on the path to its test. Given one test's node
-id, pytest would visit every file of each directory on the way, build every test of the
+"""What a test process (:mod:`.child`) collects: only what is on the path to its test. Given one
+test's node id, pytest would visit every file of each directory on the way, build every test of the
 module, every case of a parametrized test, and keep one."""
 
 from __future__ import annotations

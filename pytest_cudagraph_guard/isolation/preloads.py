@@ -1,5 +1,6 @@
 """What a zygote loads ahead for its test processes: what it loads first, and which of the
-modules a session or a test process loaded it may load for the next test process."""
+modules a session or a test process loaded it may load for the next test process. Read by
+:mod:`.zygote`, :mod:`.ending`, :mod:`.controller` and :mod:`.pool`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""A test's settings as torch acted under them: for each key, its value at the first moment torch
-compiled, recorded or replayed in a thread where the test's body ran, else at the test's end.
-Other threads (one the test started, torch's own) are not where the test's settings apply: what
-they compiled under is in each compile's entry, and a divergence from the test's is a finding.
-A value that a ``tearDown`` or the end of a ``with`` block put back is no value of the test's;
-a key torch acted under with several values lists them."""
+"""A test's settings as torch acted under them, for :mod:`.plugin`'s record: for each key, its value
+at the first moment torch compiled, recorded or replayed in a thread where the test's body ran, else
+at the test's end. Other threads (one the test started, torch's own) are not where the test's
+settings apply: what they compiled under is in each compile's entry, and a divergence from the
+test's is a finding. A value that a ``tearDown`` or the end of a ``with`` block put back is no value
+of the test's; a key torch acted under with several values lists them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """What torch did with CUDA graphs while one test ran, in any thread, as the report's
 ``Activity`` record; the moments torch acted (for the settings it acted under), and the
 findings: compiles whose cudagraph settings differ from the main thread's, graphs run through
-another thread's tree manager, graphs recorded again, the fast path left."""
+another thread's tree manager, graphs recorded again, the fast path left. :mod:`.plugin` keeps
+one ``TestActivity`` per test."""
 
 from __future__ import annotations
 

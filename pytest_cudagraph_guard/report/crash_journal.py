@@ -23,8 +23,6 @@ import pytest
 
 from .._torch import events, faults, runtime
 from ..core.death import WORKER_FAULTS, WORKER_JOURNAL, worker_died
-from ..core.environment import UserEnvReader, user_torch_env
-from ..core.facts import journal_path_key
 from ..core.fault_guard import Part, register
 from ..core.journal import (
     COMPILED,
@@ -35,6 +33,8 @@ from ..core.journal import (
     Action,
     JournalWriter,
 )
+from ..core.stash_keys import journal_path_key
+from ..core.torch_env import UserEnvReader, user_torch_env
 
 # The events that change what the journal says a process is doing.
 _DOING: Final[dict[type, str]] = {

@@ -1,6 +1,7 @@
 """A record's entries as text, the same in every format: torch's messages cut to one line, its
 CPU-only skip said as such, and the identical entries of several threads as one group
-(``skip x4 [drafter-0..3]: ...``)."""
+(``skip x4 [drafter-0..3]: ...``). Read by :mod:`.render`, :mod:`.markdown`, :mod:`.junit` and
+:mod:`.summary`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..core.kinds import FINDING_KINDS, PLUGIN_ERROR, UNCLASSIFIED
+from ..core.entry_kinds import FINDING_KINDS, PLUGIN_ERROR, UNCLASSIFIED
 from ..core.options import CUDAGRAPH_SKIP, LEAK
 from ..core.records import ErrorEntry, LeakEntry, SkipEntry, TestRecord
 

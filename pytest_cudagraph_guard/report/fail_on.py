@@ -1,4 +1,5 @@
-"""``--cudagraph-fail-on``: the entries of a test's record whose kind the session fails on."""
+"""``--cudagraph-fail-on``: the entries of a test's record whose kind the session fails on,
+read by :mod:`.plugin` at the test's teardown."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A record's entries as properties of its test in JUnit XML (``--junitxml``), where a CI's
 test view shows them: a ``cudagraph_kind``, ``cudagraph_message`` and ``cudagraph_hint`` for
-each group of identical entries, beside the ``cudagraph`` record itself."""
+each group of identical entries, beside the ``cudagraph`` record itself. Registered by
+``plugin.py`` under ``--junitxml``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The report as a Markdown page, ready for a CI job summary: the environment, the summary
-block, the tests worth a look and their entries."""
+block, the tests worth a look and their entries. Written by :mod:`.writer`."""
 
 from __future__ import annotations
 

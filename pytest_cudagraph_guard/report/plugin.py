@@ -1,5 +1,6 @@
 """The report's plugin in the process that runs the tests: watches each test's phases and what
-torch did meanwhile, and attaches the test's record to its teardown report."""
+torch did meanwhile, and attaches the test's record to its teardown report. Registered by
+``plugin.py`` where a report or ``--cudagraph-fail-on`` is asked for."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import pytest
 
 from .._torch import events, runtime, thread_names
 from ..core.diagnosis import error_record, hook_diagnoser
-from ..core.environment import UserEnvReader
-from ..core.facts import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
 from ..core.fault_guard import Part
 from ..core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
@@ -25,6 +24,8 @@ from ..core.records import (
     no_activity,
 )
 from ..core.settings import SettingsReader
+from ..core.stash_keys import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
+from ..core.torch_env import UserEnvReader
 from .acted_settings import settings_as_acted
 from .activity import TestActivity
 from .fail_on import failure_text, findings
@@ -32,7 +33,7 @@ from .thread_watch import ThreadExceptionWatch
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession
-    from ..core.thread_facts import ThreadRunFacts
+    from ..core.thread_run_facts import ThreadRunFacts
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER, MAIN_THREAD_MARKER)

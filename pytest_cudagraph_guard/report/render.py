@@ -1,5 +1,6 @@
 """The report as text: a test's block in the terminal (``term``: a few lines for a test worth a
-look; ``term-all``: all that is known), and the JSON file."""
+look; ``term-all``: all that is known), and the JSON file. For :mod:`.writer` and
+:mod:`.markdown`."""
 
 from __future__ import annotations
 

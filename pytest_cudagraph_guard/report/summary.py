@@ -1,5 +1,6 @@
 """The summary block of the terminal and Markdown reports: what torch did over the session, its
-CUDA-graph skips and re-records by reason, the errors and findings by kind, the leaks."""
+CUDA-graph skips and re-records by reason, the errors and findings by kind, the leaks. For
+:mod:`.writer` and :mod:`.markdown`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from ..core.kinds import FINDING_KINDS, PLUGIN_ERROR, RERECORD
+from ..core.entry_kinds import FINDING_KINDS, PLUGIN_ERROR, RERECORD
 from ..core.records import TestRecord
 from .entries import first_line, kind_name, skip_text
 

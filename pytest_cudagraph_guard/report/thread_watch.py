@@ -1,5 +1,5 @@
 """Exceptions that end threads the test started itself, seen through ``threading.excepthook``,
-for the report.
+for the report's :mod:`.plugin`.
 
 The previous hook (pytest's own, which turns them into ``PytestUnhandledThreadExceptionWarning``)
 is always called after ours, and put back at the end of the session.

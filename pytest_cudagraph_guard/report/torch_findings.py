@@ -1,7 +1,7 @@
 """The findings of a test's CUDA-graph activity as report entries: a graph run through another
 thread's tree manager, a compile whose settings diverge from the main thread's, a graph recorded
 again, the fast path left. Each identical finding of a test (same thread, function, reason) is
-one entry with its count."""
+one entry with its count. Made by :mod:`.activity`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from .._torch import events
 from ..core.diagnosis import rerecord_hint, slow_path_hint
-from ..core.kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
+from ..core.entry_kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
 from ..core.records import ErrorEntry, error_entry
 from ..core.settings import default_entry, jsonable
 

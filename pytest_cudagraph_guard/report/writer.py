@@ -1,5 +1,6 @@
 """Where results are gathered: the records from each test's teardown report, printed as a
-terminal section and written to the files asked for."""
+terminal section and written to the files asked for. Registered by ``plugin.py`` where a
+report is asked for, in the process the records end up in (not a test process or xdist worker)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Final, cast
 import pytest
 
 from .._torch import runtime
+from ..core.entry_kinds import UNCLASSIFIED
 from ..core.fault_guard import Part
-from ..core.kinds import UNCLASSIFIED
 from ..core.options import ReportFormat, applied_lines
 from ..core.records import (
     USER_PROPERTY,

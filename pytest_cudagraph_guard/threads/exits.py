@@ -1,4 +1,4 @@
-"""Waiting until a joined thread has really ended.
+"""Waiting until a joined thread has really ended, for :mod:`.run`.
 
 ``Thread.join()`` returns (on Python 3.12 and older) once the thread's Python state is freed; the
 OS thread then still runs its C++ thread-local destructors. From 3.13 ``join()`` joins the OS

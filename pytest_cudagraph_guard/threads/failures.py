@@ -1,5 +1,6 @@
-"""How the failures of a marked test's threads are raised: the first thread's exception, with
-notes naming every thread that failed alike and each other way the threads failed, once."""
+"""How the failures of a marked test's threads are raised (by :mod:`.run`): the first thread's
+exception, with notes naming every thread that failed alike and each other way the threads
+failed, once."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import threading
 import traceback
 from typing import Any, Final
 
-from ..core.kinds import THREAD_ERROR
+from ..core.entry_kinds import THREAD_ERROR
 from ..core.markers import THREAD_MARKER
 from ..core.records import ErrorEntry
 

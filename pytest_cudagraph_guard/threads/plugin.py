@@ -1,4 +1,5 @@
-"""The thread marker's plugin objects: run a marked test's call phase in its threads."""
+"""The thread marker's plugin objects, registered by ``plugin.py`` once a collected test
+carries the marker: run a marked test's call phase in its threads (:mod:`.run`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``@pytest.mark.cudagraph_thread``: the test's call phase in fresh non-main threads.
+"""``@pytest.mark.cudagraph_thread``: the test's call phase in fresh non-main threads, run for
+:mod:`.plugin`.
 
 What every marked test of a session shares is found once (``ThreadSession``); per test, only what
 the marker's arguments ask for is done. Code of ours that fails around the test's body is noted
@@ -25,17 +26,17 @@ import pytest
 from .._torch import faults, runtime
 from ..core import config_diff, config_state
 from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
-from ..core.facts import thread_run_key
-from ..core.kinds import TIMEOUT
+from ..core.entry_kinds import TIMEOUT
 from ..core.marker_arguments import ThreadOptions, item_thread_options
 from ..core.markers import THREAD_MARKER
 from ..core.outcomes import is_skip_or_xfail
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import SettingsReader, cudagraph_switches
-from ..core.thread_facts import ThreadRunFacts
+from ..core.stash_keys import thread_run_key
+from ..core.thread_run_facts import ThreadRunFacts
 from .exits import wait_until_exited
 from .failures import raise_failures
-from .launch import Placement, barrier
+from .placement import Placement, barrier
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession

@@ -1,8 +1,8 @@
-"""``unittest.TestCase`` tests in the marker's threads. pytest runs such a test's ``setUp``, test
-method and ``tearDown`` together in the call phase; each thread does the same on its own shallow
-copy of the test case (so attributes that fixtures set on it are there), and what unittest
-records as an error, skip or expected failure is raised in that thread as pytest would report it.
-"""
+"""``unittest.TestCase`` tests in the marker's threads, for :mod:`.plugin`. pytest runs such a
+test's ``setUp``, test method and ``tearDown`` together in the call phase; each thread does the same
+on its own shallow copy of the test case (so attributes that fixtures set on it are there), and what
+unittest records as an error, skip or expected failure is raised in that thread as pytest would
+report it."""
 
 from __future__ import annotations
 

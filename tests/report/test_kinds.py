@@ -18,7 +18,12 @@ from pytest_cudagraph_guard._torch import observe, tree_events
 from pytest_cudagraph_guard._torch.events import RecordingStarted, Rerecorded, Skipped, TorchEvent
 from pytest_cudagraph_guard._torch.patches import Patches
 from pytest_cudagraph_guard.core.diagnosis import error_record
-from pytest_cudagraph_guard.core.kinds import OVERWRITTEN_OUTPUT, POOL_LEAK, RERECORD, SLOW_PATH
+from pytest_cudagraph_guard.core.entry_kinds import (
+    OVERWRITTEN_OUTPUT,
+    POOL_LEAK,
+    RERECORD,
+    SLOW_PATH,
+)
 from pytest_cudagraph_guard.report import activity as report_activity
 from pytest_cudagraph_guard.report.crash_journal import journal_action
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph_guard.threads.launch import _cpu_reader
+from pytest_cudagraph_guard.threads.placement import _cpu_reader
 
 from ..helpers import records_by_name
 
@@ -17,7 +17,7 @@ import pytest
 import pytest_cudagraph_guard._torch.cudagraph_settings
 import pytest_cudagraph_guard._torch.readiness
 import pytest_cudagraph_guard._torch.trees
-import pytest_cudagraph_guard.threads.launch
+import pytest_cudagraph_guard.threads.placement
 import pytest_cudagraph_guard.threads.run
 
 
@@ -69,7 +69,7 @@ def test_the_body_ran():
         ),
         ("pytest_cudagraph_guard._torch.readiness.stop_thread_readiness", "what tls='init' adds"),
         pytest.param(
-            "pytest_cudagraph_guard.threads.launch._pin_to_current_cpu",
+            "pytest_cudagraph_guard.threads.placement._pin_to_current_cpu",
             "threads started on the main thread's CPU",
             marks=pytest.mark.skipif(_cpu_reader() is None, reason="no per-thread affinity"),
         ),

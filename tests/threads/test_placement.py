@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from pytest_cudagraph_guard.threads.launch import Placement
+from pytest_cudagraph_guard.threads.placement import Placement
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,

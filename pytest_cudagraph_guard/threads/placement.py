@@ -1,4 +1,5 @@
-"""Where the marker's threads start: on the CPU of the thread that starts them.
+"""Where the marker's threads start, for :mod:`.run`: on the CPU of the thread that starts them,
+and the barriers at which they meet.
 
 A new thread normally starts on an idle CPU, and each hand-over between it and the main thread
 (the start, the GIL, the join) then wakes a CPU from idle; on a machine of few or virtual cores

@@ -1,4 +1,4 @@
-"""What one feature learns about a test that another feature shows, kept in the test's stash.
+"""The stash keys of what one feature learns about a test and another feature shows.
 
 The threads feature, the leak guard and the suite options write these and the report reads them,
 so no feature imports another.
@@ -13,7 +13,7 @@ import pytest
 
 if TYPE_CHECKING:  # the keys are typed by their annotations: loading them loads no records
     from .records import ErrorEntry, LeakEntry
-    from .thread_facts import ThreadRunFacts
+    from .thread_run_facts import ThreadRunFacts
 
 
 thread_run_key: pytest.StashKey[ThreadRunFacts] = pytest.StashKey()

@@ -1,5 +1,5 @@
 """What the ``cudagraph_thread`` marker did in a test, for the report (kept in the test's stash
-under ``facts.thread_run_key``); loaded by the features that write or read it."""
+under ``stash_keys.thread_run_key``); loaded by the features that write or read it."""
 
 from __future__ import annotations
 

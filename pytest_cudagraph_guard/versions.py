@@ -1,0 +1,18 @@
+"""The versions and GPUs a session ran with, as one record type: the torch boundary fills it
+(``_torch.runtime.versions``) and the report's environment (``core.records.Environment``) adds
+the session's options to it. Standard library only, beneath every layer, so that both read it."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class Versions(TypedDict):
+    """What a report says the session ran with (None: not installed or not known)."""
+
+    python: str
+    torch: str | None
+    triton: str | None
+    cuda: str | None
+    driver: str | None
+    gpus: list[str]
