@@ -1,7 +1,7 @@
 """Inside the fresh process of a ``cudagraph_subprocess`` test, forked by :mod:`.zygote` or a
 spawned interpreter (:mod:`.__main__`): run exactly that test in a pytest session set up as the
 parent's, and send each report back through pytest's own serialization. A spare, forked ahead
-(:mod:`.spares`), sets its session up before it knows its test (:class:`SpareWait`)."""
+(:mod:`.spares`), sets its session up before it knows its test (:mod:`.spare_wait`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import contextlib
 import ctypes
 import faulthandler
 import functools
-import gc
 import json
 import os
 import signal
@@ -36,13 +35,11 @@ from .protocol import (
     JOURNAL_NAME,
     ChildMessage,
     ChildRequest,
-    LineReader,
     child_sys_path,
     load_request,
-    parse_expect,
-    parse_run,
     warning_to_send,
 )
+from .spare_wait import SpareWait
 from .terminal import TERMINAL_FDS_VARIABLE, PytestChatter, write_to_terminal
 
 STACKS_SIGNAL = signal.SIGUSR1
@@ -252,7 +249,7 @@ class SubprocessChild:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
-        """A spare waits for its test around its collection (:meth:`SpareWait.collect`)."""
+        """A spare waits for its test around its collection (``SpareWait.collect``)."""
         self.ending.collecting = frozenset(sys.modules)
         if self.spare is None:
             return (yield)
@@ -371,58 +368,3 @@ class SubprocessChild:
             self.results.write(json.dumps(message, default=repr) + "\n")
         self.unsent.clear()
         self.results.flush()
-
-
-class SpareWait:
-    """A spare's session until its test arrives, around its collection: it does what it can
-    before it knows its test, then waits for it, warming CUDA's kernels up; told the test the
-    parent runs next, it collects that one meanwhile, and gets only that test."""
-
-    def __init__(self, assignments: int) -> None:
-        self.assignments = LineReader(assignments)
-
-    def collect(
-        self, child: SubprocessChild, config: pytest.Config
-    ) -> Generator[None, object, object]:
-        """Told the test to expect, waits for it after the collection, whatever that did."""
-        try:
-            _ready_before_the_test(child.request, config)
-            line = self._next_line()
-            expected = parse_expect(line)
-            if expected is None:
-                child.take(*_test_of(line))
-                child.select(config, child.request["nodearg"])
-                return (yield)
-            child.select(config, expected)
-            try:
-                return (yield)
-            finally:
-                child.take(*_test_of(self._next_line()))
-        finally:
-            os.close(self.assignments.fd)
-
-    def _next_line(self) -> str:
-        """The next line from the zygote, warming kernels up until it arrives."""
-        AHEAD.warm_up_while(lambda: not self.assignments.has_line())
-        return (self.assignments.next() or "").strip()
-
-
-def _ready_before_the_test(request: ChildRequest, config: pytest.Config) -> None:
-    """What a spare can do before it knows its test: CUDA's set-up (with the test's environment
-    and conftests in effect), the leak guard's baseline (kept where collection changes nothing),
-    and a collection of the set-up's garbage (not gc.freeze(): the conftests' objects must stay
-    collectable, as in a test process not set up ahead)."""
-    if request["init_cuda"]:
-        AHEAD.set_up()
-    session = plugin_session(config)
-    if session is not None and session.take_baseline_early is not None:
-        session.take_baseline_early()
-    gc.collect()
-
-
-def _test_of(line: str) -> tuple[ChildRequest, Path]:
-    """The request of a ``run`` line and its path; the pipe's end: the process is not needed."""
-    request_path = parse_run(line)
-    if request_path is None:
-        os._exit(0)
-    return load_request(request_path), Path(request_path)
