@@ -27,6 +27,7 @@ from ..core.records import TestRecord
 from ..core.session import plugin_session, test_process_key
 from ..core.stash_keys import journal_path_key
 from ..core.warnings import CudagraphGuardWarning
+from . import distributions
 from .cuda import AHEAD
 from .ending import Ending
 from .narrowing import narrow_cases, next_on_path
@@ -174,7 +175,8 @@ def _run_session(child: SubprocessChild) -> int:
             ):
                 apply()
     args = [*child.request["args"], "-W", START_UP_FILTER]
-    return int(pytest.main(args, plugins=[guarded(child)]))
+    with distributions.served():
+        return int(pytest.main(args, plugins=[guarded(child)]))
 
 
 class SubprocessChild:
@@ -251,6 +253,7 @@ class SubprocessChild:
     def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
         """A spare waits for its test around its collection (``SpareWait.collect``)."""
         self.ending.collecting = frozenset(sys.modules)
+        distributions.stop_serving()
         if self.spare is None:
             return (yield)
         return (yield from self.spare.collect(self, session.config))

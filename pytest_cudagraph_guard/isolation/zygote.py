@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .._torch import runtime
+from . import distributions
 from .forking import (
     Exiting,
     RunChild,
@@ -168,6 +169,7 @@ class _Server:
         self._reap_exiting()
         if request is not None:
             sys.path[:] = child_sys_path(request)  # to import what its test processes would
+            distributions.read_ahead()
             self.learner.load(request["session_modules"])  # while the test process starts
             self.spares.fork(request)
             self.spares.expect(request["next_nodearg"])
