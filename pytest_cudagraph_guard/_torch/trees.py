@@ -8,6 +8,7 @@ had the state, and captures in several threads could overlap.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from types import ModuleType
@@ -23,6 +24,27 @@ TLS_KEYS: Final = ("tree_manager_containers", "tree_manager_locks")
 
 # Releases take turns: see ``release_cudagraph_tls``.
 _RELEASES: Final = threading.Lock()
+# Before torch 2.13, what a thread stashed in torch's C++ thread-local objects is let go as the
+# OS thread ends, after Python has cleared the thread, without the GIL: the dicts are freed
+# beside the other threads' work and the heap is corrupted (a segfault later, in any thread;
+# torch 2.9.1, CPU). Each thread that has the state keeps an object here whose finalizer, run as
+# Python clears the thread (the GIL held), stashes None in their place.
+_THREAD_END: Final = threading.local()
+
+
+class _UnstashAtThreadEnd:
+    def __del__(self) -> None:
+        torch = sys.modules.get("torch")
+        with contextlib.suppress(Exception):  # the thread ends either way
+            for key in TLS_KEYS:
+                if torch is not None and torch._C._is_key_in_tls(key):
+                    torch._C._stash_obj_in_tls(key, None)
+
+
+def _unstash_at_thread_end() -> None:
+    in_worker = threading.current_thread() is not threading.main_thread()
+    if in_worker and not hasattr(_THREAD_END, "unstash"):
+        _THREAD_END.unstash = _UnstashAtThreadEnd()
 
 
 def has_cudagraph_tls() -> bool:
@@ -55,6 +77,7 @@ def import_cudagraph_trees() -> ModuleType:
     in_worker = threading.current_thread() is not threading.main_thread()
     if first_import and in_worker and not creates_thread_state_lazily(trees):
         replace_for_good(PATCHES["trees.get_obj"], trees, _creating_main_thread_state)
+        _unstash_at_thread_end()
     return trees
 
 
@@ -115,6 +138,7 @@ def ensure_cudagraph_tls() -> bool:
     for key in TLS_KEYS:
         if not stash._is_key_in_tls(key):
             stash._stash_obj_in_tls(key, getattr(local, key))
+    _unstash_at_thread_end()
     return created
 
 
@@ -136,9 +160,11 @@ def release_cudagraph_tls() -> None:
         finally:
             trees._set_cached_tensors_enabled(True)
     remove = getattr(sys.modules["torch"]._C, "_remove_obj_from_tls", None)
-    if remove is not None:
-        for key in TLS_KEYS:
-            remove(key)
+    if remove is None:
+        _unstash_at_thread_end()
+        return
+    for key in TLS_KEYS:
+        remove(key)
 
 
 def _may_hold_state(trees: ModuleType) -> bool:
