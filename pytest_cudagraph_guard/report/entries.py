@@ -6,13 +6,14 @@ CPU-only skip said as such, and the identical entries of several threads as one 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from ..core.entry_kinds import FINDING_KINDS, PLUGIN_ERROR, UNCLASSIFIED
 from ..core.options import CUDAGRAPH_SKIP, LEAK
-from ..core.records import ErrorEntry, LeakEntry, SkipEntry, TestRecord
+from ..core.records import CompiledEntry, ErrorEntry, LeakEntry, SkipEntry, TestRecord
 
 # torch's reason when a graph's only device is the CPU: it names the devices other than the CPU,
 # and there are none.
@@ -185,6 +186,12 @@ def thread_label(threads: Sequence[str]) -> str:
             merged.append((prefix, first, last))
     named = [f"{p}{a}" if a == b else f"{p}{a}..{b}" for p, a, b in merged]
     return ", ".join(plain + named)
+
+
+def backends_text(compiled: Iterable[CompiledEntry]) -> str:
+    """``eager 1, inductor 2``: the compiles by backend."""
+    backends = Counter(c.get("backend", "inductor") for c in compiled)
+    return ", ".join(f"{b} {n}" for b, n in sorted(backends.items()))
 
 
 def cut(text: str, width: int, keep: int = 0) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections import Counter
 from typing import Any, Final
 
 from ..core.records import Activity, ReportDocument, TestRecord
 from .entries import (
     Group,
+    backends_text,
     cut,
     error_entries,
     first_line,
@@ -123,8 +123,8 @@ def full_lines(record: TestRecord) -> list[str]:
 
 
 def _activity_lines(activity: Activity) -> list[str]:
-    backends = Counter(c.get("backend", "inductor") for c in activity["compiled"])
-    named = f" ({', '.join(f'{b} {n}' for b, n in sorted(backends.items()))})" if backends else ""
+    named = backends_text(activity["compiled"])
+    named = f" ({named})" if named else ""
     earlier = activity.get("earlier_compiled", 0)
     lines = [
         f"  activity: compiled {len(activity['compiled'])}{named}, cudagraphed graphs "
