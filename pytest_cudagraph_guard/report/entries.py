@@ -59,25 +59,15 @@ def leak_text(leak: LeakEntry) -> str:
 
 
 @dataclass(frozen=True)
-class Entry:
-    """One line's worth of a record: an error, finding or note, a leak or a CUDA-graph skip."""
+class Group:
+    """Entries of a record equal but for their thread, in the order first seen (one entry is a
+    group of one): errors, findings or notes, leaks or CUDA-graph skips."""
 
     label: str  # error, finding, note, leak, skip
-    thread: str | None  # None: no thread to name (a leak)
-    text: str  # one line
+    threads: tuple[str, ...]  # none: no thread to name (a leak)
+    text: str  # one line; the threads' own names in it stand for the group's label
     kind: str  # the name --cudagraph-fail-on and JUnit use: unclassified for an error of no kind
     hint: str | None = None
-
-
-@dataclass(frozen=True)
-class Group:
-    """Entries equal but for their thread, in the order first seen."""
-
-    label: str
-    threads: tuple[str, ...]
-    text: str  # threads' own names in it stand for the group's label
-    kind: str
-    hint: str | None
 
     @property
     def count(self) -> int:
@@ -104,7 +94,7 @@ class Group:
         return times + (f" [{thread_label(self.threads)}]" if self.threads else "")
 
 
-def record_entries(record: TestRecord) -> list[Entry]:
+def record_entries(record: TestRecord) -> list[Group]:
     """The record's errors, findings and notes, then its leaks, then its CUDA-graph skips."""
     return [
         *error_entries(record["errors"]),
@@ -113,11 +103,11 @@ def record_entries(record: TestRecord) -> list[Entry]:
     ]
 
 
-def error_entries(errors: Iterable[ErrorEntry]) -> list[Entry]:
+def error_entries(errors: Iterable[ErrorEntry]) -> list[Group]:
     return [
-        Entry(
+        Group(
             entry_label(error["kind"]),
-            error["thread"],
+            (error["thread"],),
             f"{error['type']}: {first_line(error['message']) or NO_MESSAGE}",
             kind_name(error["kind"]),
             error.get("hint"),
@@ -126,28 +116,27 @@ def error_entries(errors: Iterable[ErrorEntry]) -> list[Entry]:
     ]
 
 
-def leak_entries(leaks: Iterable[LeakEntry]) -> list[Entry]:
-    return [Entry("leak", None, leak_text(leak), LEAK) for leak in leaks]
+def leak_entries(leaks: Iterable[LeakEntry]) -> list[Group]:
+    return [Group("leak", (), leak_text(leak), LEAK) for leak in leaks]
 
 
-def skip_entries(skips: Iterable[SkipEntry]) -> list[Entry]:
-    return [Entry("skip", s["thread"], skip_text(s["reason"]), CUDAGRAPH_SKIP) for s in skips]
+def skip_entries(skips: Iterable[SkipEntry]) -> list[Group]:
+    return [Group("skip", (s["thread"],), skip_text(s["reason"]), CUDAGRAPH_SKIP) for s in skips]
 
 
-def grouped(entries: Iterable[Entry]) -> list[Group]:
-    """Entries whose label, kind, text and hint are equal once their own thread's name is left
-    out, as one group each."""
+def grouped(entries: Iterable[Group]) -> list[Group]:
+    """Entries (groups of one) whose label, kind, text and hint are equal once their own
+    thread's name is left out, as one group each."""
     order: dict[tuple[str, str, str, str | None], list[str]] = {}
     for entry in entries:
+        thread = entry.threads[0] if entry.threads else None
         key = (
             entry.label,
             entry.kind,
-            _without(entry.text, entry.thread),
-            None if entry.hint is None else _without(entry.hint, entry.thread),
+            _without(entry.text, thread),
+            None if entry.hint is None else _without(entry.hint, thread),
         )
-        order.setdefault(key, [])
-        if entry.thread is not None:
-            order[key].append(entry.thread)
+        order.setdefault(key, []).extend(entry.threads)
     groups = []
     for (label, kind, text, hint), threads in order.items():
         name = thread_label(threads) if threads else ""

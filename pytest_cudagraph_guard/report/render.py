@@ -80,10 +80,10 @@ def _entry_lines(group: Group, most: int) -> list[str]:
     (the key and values that differ), kept."""
     start = f"  {group.head()}: "
     end = _kind_suffix(group)
-    lines = _kind_wrapped(start, group.text + end, ENTRY_INDENT)
+    lines = _wrapped(start, group.text + end, ENTRY_INDENT)
     budget = most * WIDTH - len(start) - len(end)
     while len(lines) > most:  # a finding's gist is kept: then its line may be longer
-        lines = _kind_wrapped(start, cut(group.text, budget, group.gist) + end, ENTRY_INDENT)
+        lines = _wrapped(start, cut(group.text, budget, group.gist) + end, ENTRY_INDENT)
         if budget <= group.gist:
             break
         budget -= 8  # words wrap early: a few characters less until it fits
@@ -93,10 +93,6 @@ def _entry_lines(group: Group, most: int) -> list[str]:
 def _kind_suffix(group: Group) -> str:
     """``  (kind: K)``, one word to the wrapping: it never breaks over two lines."""
     return f"  (kind:{KEEP_SPACE}{group.kind})" if group.label in WITH_KIND else ""
-
-
-def _kind_wrapped(label: str, text: str, indent: int | None = None) -> list[str]:
-    return [line.replace(KEEP_SPACE, " ") for line in _wrapped(label, text, indent)]
 
 
 def _at_most(lines: list[str], most: int) -> list[str]:
@@ -116,7 +112,7 @@ def full_lines(record: TestRecord) -> list[str]:
     lines += _activity_lines(record["activity"])
     entries = [*error_entries(record["errors"]), *leak_entries(record.get("leaks", []))]
     for group in grouped(entries):  # the skips are under the activity
-        lines += _kind_wrapped(f"  {group.head()}: ", group.text + _kind_suffix(group))
+        lines += _wrapped(f"  {group.head()}: ", group.text + _kind_suffix(group))
         if group.hint:
             lines += _wrapped(HINT_LABEL, group.hint)
     return lines
@@ -182,15 +178,16 @@ def _also(value: Any, seen: list[Any]) -> str:
 
 
 def _wrapped(label: str, text: str, indent: int | None = None) -> list[str]:
-    """``text``'s first line after ``label``, wrapped to the report's width; the next lines
-    under the text, or ``indent`` spaces in."""
-    return textwrap.wrap(
+    """``text``'s first line after ``label``, wrapped to the report's width (never at a
+    ``KEEP_SPACE``); the next lines under the text, or ``indent`` spaces in."""
+    lines = textwrap.wrap(
         first_line(text),
         width=WIDTH,
         initial_indent=label,
         subsequent_indent=" " * (len(label) if indent is None else indent),
         break_on_hyphens=False,
-    ) or [label.rstrip()]
+    )
+    return [line.replace(KEEP_SPACE, " ") for line in lines] or [label.rstrip()]
 
 
 def nothing_to_show_line(count: int) -> str:
