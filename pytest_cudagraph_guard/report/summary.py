@@ -1,6 +1,6 @@
 """The summary block of the terminal and Markdown reports: what torch did over the session, its
 CUDA-graph skips and re-records by reason, the errors and findings by kind, the leaks; and the
-JSON report's ``summary``. For :mod:`.writer` and :mod:`.markdown`."""
+JSON report's ``summary``. For :mod:`.writer` and :mod:`.render`."""
 
 from __future__ import annotations
 

@@ -24,8 +24,14 @@ from ..core.records import (
     environment_record,
     report_document,
 )
-from .markdown import markdown_text
-from .render import brief_lines, full_lines, json_text, nothing_to_show_line, worth_a_look
+from .render import (
+    brief_lines,
+    full_lines,
+    json_text,
+    markdown_text,
+    nothing_to_show_line,
+    worth_a_look,
+)
 from .summary import summary_lines, summary_record
 from .wire import carried_record
 
