@@ -45,14 +45,6 @@ PHASES: Final = ("setup", "call", "teardown")
 WORKER_JOURNAL: Final = "cudagraph_guard_journal"
 WORKER_FAULTS: Final = "cudagraph_guard_faults"
 REAP_TIMEOUT_S: Final = 5.0
-# The fatal-signal names Python's fault handler prints ("Fatal Python error: Aborted").
-_FAULT_NAMES: Final = {
-    "Segmentation fault": signal.SIGSEGV,
-    "Aborted": signal.SIGABRT,
-    "Bus error": signal.SIGBUS,
-    "Floating-point exception": signal.SIGFPE,
-    "Illegal instruction": signal.SIGILL,
-}
 CRASH_HINT: Final = (
     "the test's own process ended without a result (a crash in native code, an abort or "
     "os._exit); the session went on, and the failure shows its Python stack or the end of its "
@@ -94,9 +86,7 @@ class ProcessEnd:
         if self.status is not None:
             return os.WTERMSIG(self.status) if os.WIFSIGNALED(self.status) else None
         dump = self.crash_dump[1]
-        fatal = (dump.fatal or "") if dump is not None else ""
-        found = _FAULT_NAMES.get(fatal.removeprefix("Fatal Python error:").strip())
-        return int(found) if found is not None else None
+        return dump.signal_number() if dump is not None else None
 
     def exit_code(self) -> int | None:
         if self.status is None or os.WIFSIGNALED(self.status):

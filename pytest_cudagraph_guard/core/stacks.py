@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,14 @@ _THREAD_HEADER = re.compile(
 )
 _FRAME = re.compile(r'^\s+File "(?P<path>.*)", line \d+ in .*$')
 _RUNNER_PACKAGES: Final = ("xdist", "execnet")
+# The fatal-signal names Python's fault handler prints ("Fatal Python error: Aborted").
+_FAULT_NAMES: Final = {
+    "Segmentation fault": signal.SIGSEGV,
+    "Aborted": signal.SIGABRT,
+    "Bus error": signal.SIGBUS,
+    "Floating-point exception": signal.SIGFPE,
+    "Illegal instruction": signal.SIGILL,
+}
 
 
 def _package_folder(name: str) -> Path | None:
@@ -83,6 +92,11 @@ class Dump:
     fatal: str | None
     threads: list[_Thread]
     text: str  # as the fault handler wrote it
+
+    def signal_number(self) -> int | None:
+        """The signal its fatal error line names; None where there is none."""
+        found = _FAULT_NAMES.get((self.fatal or "").removeprefix(FATAL_PREFIX).strip())
+        return int(found) if found is not None else None
 
     def crashing_thread(self) -> int | None:
         """The ident of the thread the fault handler marked as current."""

@@ -1,14 +1,21 @@
 """What torch did with CUDA graphs while one test ran, in any thread, as the report's
-``Activity`` record; the moments torch acted (for the settings it acted under), and the
-findings: compiles whose cudagraph settings differ from the main thread's, graphs run through
-another thread's tree manager, graphs recorded again, the fast path left. :mod:`.plugin` keeps
-one ``TestActivity`` per test."""
+``Activity`` record; the findings: compiles whose cudagraph settings differ from the main
+thread's, graphs run through another thread's tree manager, graphs recorded again, the fast path
+left. :mod:`.plugin` keeps one ``TestActivity`` per test.
+
+And the test's settings as torch acted under them (``settings_as_acted``): for each key, its
+value at the first moment torch compiled, recorded or replayed in a thread where the test's body
+ran, else at the test's end. Other threads (one the test started, torch's own) are not where the
+test's settings apply: what they compiled under is in each compile's entry, and a divergence from
+the test's is a finding. A value that a ``tearDown`` or the end of a ``with`` block put back is no
+value of the test's; a key torch acted under with several values lists them."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from .._torch import events
@@ -16,12 +23,14 @@ from ..core.records import (
     Activity,
     CompiledEntry,
     ErrorEntry,
+    SettingEntry,
     SkipEntry,
     ThreadActivity,
     activity_record,
     compiled_entry,
+    setting_entry,
 )
-from ..core.settings import jsonable
+from ..core.settings import default_entry, jsonable
 from .torch_findings import (
     CrossThreadRun,
     Seen,
@@ -36,6 +45,8 @@ INDUCTOR: Final = "inductor"
 CUDAGRAPHS_BACKEND: Final = "cudagraphs"
 CUDAGRAPHS_KEY: Final = "triton.cudagraphs"
 TREES_KEY: Final = "triton.cudagraph_trees"
+COMPILE_SOURCE: Final = "compile"
+TEST_SOURCE: Final = "test"
 
 
 class Compile(NamedTuple):
@@ -88,44 +99,35 @@ class TestActivity:
 
     def add(self, event: events.TorchEvent) -> None:
         """One event of torch's, as the observer of :mod:`.._torch` reports it."""
-        handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, event)
+        match event:
+            case events.Compiled():
+                compiled = Compile(event.thread, event.backend, event.options, event.settings)
+                self.compiled.append(compiled)
+                if event.backend == INDUCTOR:
+                    values = {key: compiled.effective(key) for key in event.settings}
+                    self.moments.append(Moment(event.thread, values, frozenset(event.options)))
+            case events.Cudagraphified():
+                self.cudagraphified[event.thread] += 1
+            case events.Recorded():
+                self.recorded[event.thread] += 1
+                self.moments.append(Moment(event.thread, event.settings))
+            case events.Replayed():
+                self.replays[event.thread] += 1
+                if event.settings is not None and not self.moments:
+                    self.moments.append(Moment(event.thread, event.settings))
+            case events.Skipped():
+                self.skips.append(SkipEntry(thread=event.thread, reason=event.reason))
+            case events.CrossThread():
+                run = CrossThreadRun(event.thread, event.creator, event.function)
+                self.cross_thread[run] = None
+            case events.Rerecorded():
+                self.rerecords[Seen(event.thread, event.function, event.reason)] += 1
+            case events.SlowPath():
+                self.slow_paths[Seen(event.thread, event.function, event.reason)] += 1
+            case events.RanEarlierGraph():
+                self._ran_earlier_graph(event)
 
-    # -- one method per event ----------------------------------------------------------------
-
-    def _on_compiled(self, event: events.Compiled) -> None:
-        compiled = Compile(event.thread, event.backend, event.options, event.settings)
-        self.compiled.append(compiled)
-        if event.backend == INDUCTOR:
-            values = {key: compiled.effective(key) for key in event.settings}
-            self.moments.append(Moment(event.thread, values, frozenset(event.options)))
-
-    def _on_cudagraphified(self, event: events.Cudagraphified) -> None:
-        self.cudagraphified[event.thread] += 1
-
-    def _on_recorded(self, event: events.Recorded) -> None:
-        self.recorded[event.thread] += 1
-        self.moments.append(Moment(event.thread, event.settings))
-
-    def _on_replayed(self, event: events.Replayed) -> None:
-        self.replays[event.thread] += 1
-        if event.settings is not None and not self.moments:
-            self.moments.append(Moment(event.thread, event.settings))
-
-    def _on_skipped(self, event: events.Skipped) -> None:
-        self.skips.append(SkipEntry(thread=event.thread, reason=event.reason))
-
-    def _on_cross_thread(self, event: events.CrossThread) -> None:
-        self.cross_thread[CrossThreadRun(event.thread, event.creator, event.function)] = None
-
-    def _on_rerecorded(self, event: events.Rerecorded) -> None:
-        self.rerecords[Seen(event.thread, event.function, event.reason)] += 1
-
-    def _on_slow_path(self, event: events.SlowPath) -> None:
-        self.slow_paths[Seen(event.thread, event.function, event.reason)] += 1
-
-    def _on_ran_earlier_graph(self, event: events.RanEarlierGraph) -> None:
+    def _ran_earlier_graph(self, event: events.RanEarlierGraph) -> None:
         """Code an earlier test compiled carries its entries into this test: its skip, and (in
         ``divergences``) the settings it was compiled under."""
         if event.graph not in self.earlier_graphs:
@@ -186,55 +188,46 @@ class TestActivity:
     def divergences(
         self, marker_switches: Mapping[str, bool] | None, marker_threads: Collection[str] = ()
     ) -> list[ErrorEntry]:
-        """Functions compiled in a non-main thread with cudagraph settings other than the main
-        thread's at the test's start (torch >= 2.12 keeps config overrides per thread); in the
-        marker's threads, the marker's switches are intended too."""
-        found = []
+        """Functions compiled in a non-main thread (here, or by an earlier test whose code this
+        one ran) with cudagraph settings other than the main thread's at the test's start (torch
+        >= 2.12 keeps config overrides per thread); in the marker's threads, the marker's
+        switches are intended too."""
         main = threading.main_thread().name
-        for compiled in self.compiled:
-            thread = compiled.thread
-            if thread == main or compiled.backend != INDUCTOR:
-                continue
-            intended = self._intended(thread, marker_switches, marker_threads)
-            for key, wanted in intended.items():
-                seen = compiled.settings.get(key)
-                if key not in compiled.options and seen != wanted:
-                    found.append(divergence_entry(thread, key, seen, wanted))
-        for thread, origin in self.earlier_runs:
-            if thread == main:
-                continue
-            intended = self._intended(thread, marker_switches, marker_threads)
-            for key, wanted in intended.items():
-                seen = origin.settings.get(key)
-                if key not in origin.options and seen != wanted:
-                    found.append(earlier_divergence_entry(thread, origin, key, seen, wanted))
+        switches = (marker_switches or {}, marker_threads)
+        found = [
+            divergence_entry(c.thread, key, seen, wanted)
+            for c in self.compiled
+            if c.thread != main and c.backend == INDUCTOR
+            for key, seen, wanted in self._diverging(c.thread, c.settings, c.options, *switches)
+        ]
+        found += [
+            earlier_divergence_entry(thread, origin, key, seen, wanted)
+            for thread, origin in self.earlier_runs
+            if thread != main
+            for key, seen, wanted in self._diverging(
+                thread, origin.settings, origin.options, *switches
+            )
+        ]
         return found
 
-    def _intended(
+    def _diverging(
         self,
         thread: str,
-        marker_switches: Mapping[str, bool] | None,
+        settings: events.ConfigValues,
+        options: Collection[str],
+        marker_switches: Mapping[str, bool],
         marker_threads: Collection[str],
-    ) -> dict[str, object]:
-        """The cudagraph settings the test means a compile in ``thread`` to have: the main
-        thread's at the test's start, and in the marker's threads the marker's switches."""
+    ) -> Iterator[tuple[str, object, object]]:
+        """Each key (not set by the compile's ``options``) whose value in ``settings`` differs
+        from the one the test means a compile in ``thread`` to have: the main thread's at the
+        test's start, and in the marker's threads the marker's switches."""
         intended = dict(self.main_settings)
-        if marker_switches and thread in marker_threads:
+        if thread in marker_threads:
             intended.update(marker_switches)
-        return intended
-
-
-_HANDLERS: Final[dict[type, Callable[[TestActivity, Any], None]]] = {
-    events.Compiled: TestActivity._on_compiled,
-    events.Cudagraphified: TestActivity._on_cudagraphified,
-    events.Recorded: TestActivity._on_recorded,
-    events.Replayed: TestActivity._on_replayed,
-    events.Skipped: TestActivity._on_skipped,
-    events.CrossThread: TestActivity._on_cross_thread,
-    events.Rerecorded: TestActivity._on_rerecorded,
-    events.SlowPath: TestActivity._on_slow_path,
-    events.RanEarlierGraph: TestActivity._on_ran_earlier_graph,
-}
+        for key, wanted in intended.items():
+            seen = settings.get(key)
+            if key not in options and seen != wanted:
+                yield key, seen, wanted
 
 
 def _compiled_entry(compiled: Compile) -> CompiledEntry:
@@ -246,3 +239,74 @@ def _compiled_entry(compiled: Compile) -> CompiledEntry:
         trees=jsonable(compiled.effective(TREES_KEY)),
         settings=jsonable(compiled.settings),
     )
+
+
+# -- the settings torch acted under ----------------------------------------------------------
+
+
+class ActedSettings(NamedTuple):
+    settings: dict[str, SettingEntry]  # at torch's first moment (at the end where it had none)
+    at_end: dict[str, SettingEntry]  # the keys whose value at the end differs (JSON only)
+    varied: dict[str, list[Any]]  # the keys torch acted under with several values, in order
+
+
+class _Value(NamedTuple):
+    value: Any  # builtin types
+    from_options: bool  # set by the options of a compile
+
+
+def settings_as_acted(
+    at_end: dict[str, SettingEntry], activity: TestActivity | None, body_threads: Collection[str]
+) -> ActedSettings:
+    """``at_end``: the settings read where the body ran, at its end; ``body_threads``: the names
+    of the threads the body ran in."""
+    moments = activity.moments if activity is not None else []
+    seen = _values_by_key([m for m in moments if m.thread in body_threads])
+    settings = dict(at_end)
+    varied: dict[str, list[Any]] = {}
+    for key, values in seen.items():
+        end = at_end.get(key)
+        if end is None:
+            continue
+        settings[key] = setting_entry(values[0].value, _source(key, values[0], end))
+        distinct = list({_identity(v.value): v.value for v in values}.values())
+        if len(distinct) > 1:
+            varied[key] = distinct
+    changed = {
+        key: end
+        for key, end in at_end.items()
+        if key in seen
+        and settings[key]["source"] != COMPILE_SOURCE
+        and _identity(settings[key]["value"]) != _identity(end["value"])
+    }
+    return ActedSettings(settings, changed, varied)
+
+
+def _values_by_key(moments: list[Moment]) -> dict[str, list[_Value]]:
+    """Each key's values at the moments, in order. A key that a compile's options set is the
+    compiles' alone: a recording or replay of that graph happens outside its options."""
+    by_options = frozenset().union(*(m.options for m in moments))
+    found: dict[str, list[_Value]] = {}
+    for moment in moments:
+        for key, value in moment.values.items():
+            if moment.options or key not in by_options:
+                found.setdefault(key, []).append(_Value(jsonable(value), key in moment.options))
+    return found
+
+
+def _source(key: str, first: _Value, end: SettingEntry) -> str:
+    """Where the value torch acted under came from: a compile's options, the same source as at
+    the end for the same value, else the default (or the variable that decided it), else the
+    test."""
+    if first.from_options:
+        return COMPILE_SOURCE
+    if _identity(first.value) == _identity(end["value"]):
+        return end["source"]
+    default = default_entry(key)
+    if default is not None and _identity(default["value"]) == _identity(first.value):
+        return default["source"]
+    return TEST_SOURCE
+
+
+def _identity(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)

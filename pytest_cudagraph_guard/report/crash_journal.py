@@ -1,12 +1,10 @@
-"""What a death is read from (:mod:`..core.death`), written where tests run and handed out by
-xdist's controller; registered by the report (``plugin._start_report``).
-
-In a test process (``cudagraph_subprocess``) or a pytest-xdist worker whose controller asked for
-one, the crash journal (:mod:`..core.journal`): a line when each test starts, then a line when
-torch's CUDA-graph activity changes; in such a worker, its fault handler's file too (its stderr
-reaches no test's failure). On xdist's controller, each worker gets both files, and a test whose
-worker died is handed to :func:`..core.death.worker_died`; a replaced worker gets a new id, so
-each worker's files are its own. The controller's hooks are optional: xdist may be absent.
+"""What a death is read from (:mod:`..core.death`), written where tests run; registered by the
+report (``plugin._start_report``). ``CrashJournal`` writes the journal of :mod:`..core.journal`
+in a ``cudagraph_subprocess`` test process or a pytest-xdist worker whose controller asked for
+it; ``WorkerFaults`` points such a worker's fault handler at a file (its stderr reaches no test's
+failure); on xdist's controller, ``WorkerCrashes`` gives each worker both files (a replaced
+worker gets a new id, so each worker's files are its own) and hands a test whose worker died to
+:func:`..core.death.worker_died`. The controller's hooks are optional: xdist may be absent.
 """
 
 from __future__ import annotations

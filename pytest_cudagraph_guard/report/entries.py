@@ -1,18 +1,19 @@
 """A record's entries as text, the same in every format: torch's messages cut to one line, its
 CPU-only skip said as such, and the identical entries of several threads as one group
-(``skip x4 [drafter-0..3]: ...``). Read by :mod:`.render`, :mod:`.markdown`, :mod:`.junit` and
+(``skip x4 [drafter-0..3]: ...``). Read by :mod:`.render`, :mod:`.junit` and
 :mod:`.summary`."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from ..core.entry_kinds import FINDING_KINDS, PLUGIN_ERROR, UNCLASSIFIED
 from ..core.options import CUDAGRAPH_SKIP, LEAK
-from ..core.records import ErrorEntry, LeakEntry, SkipEntry, TestRecord
+from ..core.records import CompiledEntry, ErrorEntry, LeakEntry, SkipEntry, TestRecord
 
 # torch's reason when a graph's only device is the CPU: it names the devices other than the CPU,
 # and there are none.
@@ -58,25 +59,15 @@ def leak_text(leak: LeakEntry) -> str:
 
 
 @dataclass(frozen=True)
-class Entry:
-    """One line's worth of a record: an error, finding or note, a leak or a CUDA-graph skip."""
+class Group:
+    """Entries of a record equal but for their thread, in the order first seen (one entry is a
+    group of one): errors, findings or notes, leaks or CUDA-graph skips."""
 
     label: str  # error, finding, note, leak, skip
-    thread: str | None  # None: no thread to name (a leak)
-    text: str  # one line
+    threads: tuple[str, ...]  # none: no thread to name (a leak)
+    text: str  # one line; the threads' own names in it stand for the group's label
     kind: str  # the name --cudagraph-fail-on and JUnit use: unclassified for an error of no kind
     hint: str | None = None
-
-
-@dataclass(frozen=True)
-class Group:
-    """Entries equal but for their thread, in the order first seen."""
-
-    label: str
-    threads: tuple[str, ...]
-    text: str  # threads' own names in it stand for the group's label
-    kind: str
-    hint: str | None
 
     @property
     def count(self) -> int:
@@ -103,7 +94,7 @@ class Group:
         return times + (f" [{thread_label(self.threads)}]" if self.threads else "")
 
 
-def record_entries(record: TestRecord) -> list[Entry]:
+def record_entries(record: TestRecord) -> list[Group]:
     """The record's errors, findings and notes, then its leaks, then its CUDA-graph skips."""
     return [
         *error_entries(record["errors"]),
@@ -112,11 +103,11 @@ def record_entries(record: TestRecord) -> list[Entry]:
     ]
 
 
-def error_entries(errors: Iterable[ErrorEntry]) -> list[Entry]:
+def error_entries(errors: Iterable[ErrorEntry]) -> list[Group]:
     return [
-        Entry(
+        Group(
             entry_label(error["kind"]),
-            error["thread"],
+            (error["thread"],),
             f"{error['type']}: {first_line(error['message']) or NO_MESSAGE}",
             kind_name(error["kind"]),
             error.get("hint"),
@@ -125,28 +116,27 @@ def error_entries(errors: Iterable[ErrorEntry]) -> list[Entry]:
     ]
 
 
-def leak_entries(leaks: Iterable[LeakEntry]) -> list[Entry]:
-    return [Entry("leak", None, leak_text(leak), LEAK) for leak in leaks]
+def leak_entries(leaks: Iterable[LeakEntry]) -> list[Group]:
+    return [Group("leak", (), leak_text(leak), LEAK) for leak in leaks]
 
 
-def skip_entries(skips: Iterable[SkipEntry]) -> list[Entry]:
-    return [Entry("skip", s["thread"], skip_text(s["reason"]), CUDAGRAPH_SKIP) for s in skips]
+def skip_entries(skips: Iterable[SkipEntry]) -> list[Group]:
+    return [Group("skip", (s["thread"],), skip_text(s["reason"]), CUDAGRAPH_SKIP) for s in skips]
 
 
-def grouped(entries: Iterable[Entry]) -> list[Group]:
-    """Entries whose label, kind, text and hint are equal once their own thread's name is left
-    out, as one group each."""
+def grouped(entries: Iterable[Group]) -> list[Group]:
+    """Entries (groups of one) whose label, kind, text and hint are equal once their own
+    thread's name is left out, as one group each."""
     order: dict[tuple[str, str, str, str | None], list[str]] = {}
     for entry in entries:
+        thread = entry.threads[0] if entry.threads else None
         key = (
             entry.label,
             entry.kind,
-            _without(entry.text, entry.thread),
-            None if entry.hint is None else _without(entry.hint, entry.thread),
+            _without(entry.text, thread),
+            None if entry.hint is None else _without(entry.hint, thread),
         )
-        order.setdefault(key, [])
-        if entry.thread is not None:
-            order[key].append(entry.thread)
+        order.setdefault(key, []).extend(entry.threads)
     groups = []
     for (label, kind, text, hint), threads in order.items():
         name = thread_label(threads) if threads else ""
@@ -185,6 +175,12 @@ def thread_label(threads: Sequence[str]) -> str:
             merged.append((prefix, first, last))
     named = [f"{p}{a}" if a == b else f"{p}{a}..{b}" for p, a, b in merged]
     return ", ".join(plain + named)
+
+
+def backends_text(compiled: Iterable[CompiledEntry]) -> str:
+    """``eager 1, inductor 2``: the compiles by backend."""
+    backends = Counter(c.get("backend", "inductor") for c in compiled)
+    return ", ".join(f"{b} {n}" for b, n in sorted(backends.items()))
 
 
 def cut(text: str, width: int, keep: int = 0) -> str:

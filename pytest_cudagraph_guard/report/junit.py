@@ -27,8 +27,14 @@ class JUnitProperties:
     @pytest.hookimpl(tryfirst=True)  # before pytest's junitxml reads the properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """The record's kinds and hints as JUnit properties, where the record is final: here,
-        or in the process that gathers the reports of xdist workers and test processes."""
-        add_junit_properties(report)
+        or in the process that gathers the reports of xdist workers and test processes; once (a
+        report from an xdist worker or a test process may carry them already)."""
+        names = [name for name, _ in report.user_properties]
+        if USER_PROPERTY not in names or KIND_PROPERTY in names:
+            return
+        record = report.user_properties[names.index(USER_PROPERTY)][1]
+        if isinstance(record, dict):
+            report.user_properties.extend(junit_properties(cast(TestRecord, record)))
 
 
 def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
@@ -41,14 +47,3 @@ def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
         if group.hint:
             properties.append((HINT_PROPERTY, group.hint))
     return properties
-
-
-def add_junit_properties(report: pytest.TestReport) -> None:
-    """Adds the properties of the record the report carries, once: a report from an xdist
-    worker or a test process may carry them already."""
-    names = [name for name, _ in report.user_properties]
-    if USER_PROPERTY not in names or KIND_PROPERTY in names:
-        return
-    record = report.user_properties[names.index(USER_PROPERTY)][1]
-    if isinstance(record, dict):
-        report.user_properties.extend(junit_properties(cast(TestRecord, record)))

@@ -1,19 +1,23 @@
-"""The report's plugin in the process that runs the tests: watches each test's phases and what
-torch did meanwhile, and attaches the test's record to its teardown report. Registered by
-``plugin.py`` where a report or ``--cudagraph-fail-on`` is asked for."""
+"""The report's plugin in the process that runs the tests: watches each test's phases, what
+torch did meanwhile and the exceptions that ended threads the test started itself, attaches the
+test's record to its teardown report, and fails the test at teardown for the entries
+``--cudagraph-fail-on`` names. Registered by ``plugin.py`` where a report or
+``--cudagraph-fail-on`` is asked for."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
+from collections import deque
+from collections.abc import Callable, Collection, Generator
 from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from .._torch import events, runtime, thread_names
-from ..core.diagnosis import error_record, hook_diagnoser
+from .._torch import events, faults, runtime, thread_names
+from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser
 from ..core.fault_guard import Part
 from ..core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
+from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
 from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
 from ..core.records import (
     USER_PROPERTY,
@@ -26,10 +30,7 @@ from ..core.records import (
 from ..core.settings import SettingsReader
 from ..core.stash_keys import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
 from ..core.torch_env import UserEnvReader
-from .acted_settings import settings_as_acted
-from .activity import TestActivity
-from .fail_on import failure_text, findings
-from .thread_watch import ThreadExceptionWatch
+from .activity import TestActivity, settings_as_acted
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER, MAIN_THREAD_MARKER)
+FAIL_ON_OPTION: Final = option_flag("fail_on")
 
 
 class TestState:
@@ -137,7 +139,7 @@ class ReportPlugin:
     def _fail_on(self, item: pytest.Item, record: TestRecord) -> list[str]:
         """The record's entries that ``--cudagraph-fail-on`` fails the test for; the record's
         outcome says so."""
-        found = findings(record, self.fail_on) if self.fail_on else []
+        found = fail_on_findings(record, self.fail_on) if self.fail_on else []
         state = item.stash.get(test_state_key, None)
         if found and state is not None:
             state.outcomes["teardown"] = "failed"
@@ -241,3 +243,99 @@ def _uses_plugin(item: pytest.Item, *, cudagraphs_on: bool) -> bool:
     if cudagraphs_on or PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         return True
     return any(item.get_closest_marker(name) is not None for name in PLUGIN_MARKERS)
+
+
+# -- --cudagraph-fail-on: the entries of a record whose kind the session fails on ------------
+
+
+def fail_on_findings(record: TestRecord, kinds: Collection[str]) -> list[str]:
+    """One line per entry of a kind in ``kinds``: the kind, the thread and the detail."""
+    found = [
+        f"{error['kind']} in thread {error['thread']}: {error['type']}: {error['message']}"
+        for error in record["errors"]
+        if error["kind"] in kinds
+    ]
+    if LEAK in kinds:
+        main = threading.main_thread().name
+        found += [
+            f"{LEAK} in thread {main}: {leak['key']}: {leak['before']!r} -> {leak['after']!r}"
+            for leak in record["leaks"]
+        ]
+    if CUDAGRAPH_SKIP in kinds:
+        found += [
+            f"{CUDAGRAPH_SKIP} in thread {skip['thread']}: {skip['reason']}"
+            for skip in record["activity"]["skips"]
+        ]
+    return found
+
+
+def failure_text(nodeid: str, lines: list[str]) -> str:
+    head = f"{FAIL_ON_OPTION}: {nodeid} holds {len(lines)} entry(ies) to fail on:"
+    return "\n".join([head, *lines])
+
+
+# -- exceptions that end threads the test started itself, seen through threading.excepthook --
+
+
+_WATCHING = faults.Loss("--cudagraph-report", "errors of threads that tests start themselves")
+
+
+class ThreadExceptionWatch:
+    """Keeps the error entry of each exception that ended a thread, until drained.
+
+    Its hook is installed for the session and chains to the hook it found (pytest's own, which
+    turns them into ``PytestUnhandledThreadExceptionWarning``), always called after ours and put
+    back at the session's end. pytest before 8.4
+    puts a hook of its own in place for each test phase; ``cover_phase`` then puts one of ours
+    in front of it for that phase, so those errors are seen too."""
+
+    def __init__(self, diagnose_hook: DiagnoseHook) -> None:
+        self._diagnose_hook = diagnose_hook
+        self._seen: deque[ErrorEntry] = deque()
+        self._session_hook: _ChainedHook | None = None
+
+    def install(self, config: pytest.Config) -> None:
+        self._session_hook = _ChainedHook(self, threading.excepthook)
+        threading.excepthook = self._session_hook
+        config.add_cleanup(self._uninstall)
+
+    def cover_phase(self) -> None:
+        current = threading.excepthook
+        if not (isinstance(current, _ChainedHook) and current.watch is self):
+            threading.excepthook = _ChainedHook(self, current)
+
+    def drain(self) -> list[ErrorEntry]:
+        drained = []
+        while self._seen:
+            drained.append(self._seen.popleft())
+        return drained
+
+    def seen(self, args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
+            name = (
+                thread_names.thread_label(args.thread)
+                if args.thread is not None
+                else "<unknown thread>"
+            )
+            self._seen.append(error_record(args.exc_value, name, self._diagnose_hook))
+
+    def _uninstall(self) -> None:
+        hook = self._session_hook
+        if hook is not None and threading.excepthook is hook:
+            threading.excepthook = hook.previous
+
+
+class _ChainedHook:
+    """``threading.excepthook``: the watch takes the error, then the hook it replaced runs."""
+
+    def __init__(
+        self, watch: ThreadExceptionWatch, previous: Callable[[threading.ExceptHookArgs], object]
+    ) -> None:
+        self.watch = watch
+        self.previous = previous
+
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        try:
+            faults.run_ours(_WATCHING, self.watch.seen, args)  # in the thread that ended
+        finally:
+            self.previous(args)

@@ -1,17 +1,16 @@
 """The report as text: a test's block in the terminal (``term``: a few lines for a test worth a
-look; ``term-all``: all that is known), and the JSON file. For :mod:`.writer` and
-:mod:`.markdown`."""
+look; ``term-all``: all that is known), the JSON file and the Markdown page. For :mod:`.writer`."""
 
 from __future__ import annotations
 
 import json
 import textwrap
-from collections import Counter
 from typing import Any, Final
 
 from ..core.records import Activity, ReportDocument, TestRecord
 from .entries import (
     Group,
+    backends_text,
     cut,
     error_entries,
     first_line,
@@ -20,6 +19,7 @@ from .entries import (
     record_entries,
     skip_entries,
 )
+from .summary import summary_lines
 
 WIDTH: Final = 100
 BLOCK_LINES: Final = 5  # a test's block in ``term``: its head line and four more at most
@@ -30,6 +30,7 @@ ENTRY_INDENT: Final = 4  # an entry's next line in ``term``
 KEEP_SPACE: Final = "\x00"  # a space where a line must not break
 FAILED: Final = frozenset({"failed", "error"})
 WITH_KIND: Final = frozenset({"error", "finding", "note"})
+CELL_WIDTH: Final = 200  # a Markdown cell's text
 
 
 def worth_a_look(record: TestRecord) -> bool:
@@ -80,10 +81,10 @@ def _entry_lines(group: Group, most: int) -> list[str]:
     (the key and values that differ), kept."""
     start = f"  {group.head()}: "
     end = _kind_suffix(group)
-    lines = _kind_wrapped(start, group.text + end, ENTRY_INDENT)
+    lines = _wrapped(start, group.text + end, ENTRY_INDENT)
     budget = most * WIDTH - len(start) - len(end)
     while len(lines) > most:  # a finding's gist is kept: then its line may be longer
-        lines = _kind_wrapped(start, cut(group.text, budget, group.gist) + end, ENTRY_INDENT)
+        lines = _wrapped(start, cut(group.text, budget, group.gist) + end, ENTRY_INDENT)
         if budget <= group.gist:
             break
         budget -= 8  # words wrap early: a few characters less until it fits
@@ -93,10 +94,6 @@ def _entry_lines(group: Group, most: int) -> list[str]:
 def _kind_suffix(group: Group) -> str:
     """``  (kind: K)``, one word to the wrapping: it never breaks over two lines."""
     return f"  (kind:{KEEP_SPACE}{group.kind})" if group.label in WITH_KIND else ""
-
-
-def _kind_wrapped(label: str, text: str, indent: int | None = None) -> list[str]:
-    return [line.replace(KEEP_SPACE, " ") for line in _wrapped(label, text, indent)]
 
 
 def _at_most(lines: list[str], most: int) -> list[str]:
@@ -116,15 +113,15 @@ def full_lines(record: TestRecord) -> list[str]:
     lines += _activity_lines(record["activity"])
     entries = [*error_entries(record["errors"]), *leak_entries(record.get("leaks", []))]
     for group in grouped(entries):  # the skips are under the activity
-        lines += _kind_wrapped(f"  {group.head()}: ", group.text + _kind_suffix(group))
+        lines += _wrapped(f"  {group.head()}: ", group.text + _kind_suffix(group))
         if group.hint:
             lines += _wrapped(HINT_LABEL, group.hint)
     return lines
 
 
 def _activity_lines(activity: Activity) -> list[str]:
-    backends = Counter(c.get("backend", "inductor") for c in activity["compiled"])
-    named = f" ({', '.join(f'{b} {n}' for b, n in sorted(backends.items()))})" if backends else ""
+    named = backends_text(activity["compiled"])
+    named = f" ({named})" if named else ""
     earlier = activity.get("earlier_compiled", 0)
     lines = [
         f"  activity: compiled {len(activity['compiled'])}{named}, cudagraphed graphs "
@@ -182,15 +179,16 @@ def _also(value: Any, seen: list[Any]) -> str:
 
 
 def _wrapped(label: str, text: str, indent: int | None = None) -> list[str]:
-    """``text``'s first line after ``label``, wrapped to the report's width; the next lines
-    under the text, or ``indent`` spaces in."""
-    return textwrap.wrap(
+    """``text``'s first line after ``label``, wrapped to the report's width (never at a
+    ``KEEP_SPACE``); the next lines under the text, or ``indent`` spaces in."""
+    lines = textwrap.wrap(
         first_line(text),
         width=WIDTH,
         initial_indent=label,
         subsequent_indent=" " * (len(label) if indent is None else indent),
         break_on_hyphens=False,
-    ) or [label.rstrip()]
+    )
+    return [line.replace(KEEP_SPACE, " ") for line in lines] or [label.rstrip()]
 
 
 def nothing_to_show_line(count: int) -> str:
@@ -211,3 +209,80 @@ def _json_member(key: str, value: object) -> str:
         return json.dumps(value)
     records = ",\n".join(f"    {json.dumps(record)}" for record in value)
     return f"[\n{records}\n  ]"
+
+
+# -- the Markdown page ----------------------------------------------------------------------
+
+
+def markdown_text(document: ReportDocument) -> str:
+    """The Markdown page, ready for a CI job summary: the environment, the summary block, the
+    tests worth a look and their entries."""
+    records = document["tests"]
+    shown = [r for r in records if worth_a_look(r)]
+    lines = [*_environment_lines(document), "", "## Summary", ""]
+    lines += [_bullet(line) for line in summary_lines(records)]
+    if shown:
+        lines += [
+            "",
+            "## Tests worth a look",
+            "",
+            "| test | outcome | where | cudagraphs | entries |",
+            "| --- | --- | --- | --- | --- |",
+            *(_table_row(r) for r in shown),
+        ]
+    if len(shown) < len(records):
+        lines += ["", nothing_to_show_line(len(records) - len(shown))]
+    entries = [line for r in shown for line in _markdown_entry_lines(r)]
+    if entries:
+        lines += ["", "## Errors, findings, leaks and skips", "", *entries]
+    return "\n".join(lines) + "\n"
+
+
+def _environment_lines(document: ReportDocument) -> list[str]:
+    env = document["environment"]
+    versions = (env["python"], env["torch"], env["triton"], env["cuda"], env["driver"])
+    return [
+        "# cudagraph report",
+        "",
+        "| python | torch | triton | CUDA | driver | GPUs |",
+        "| --- | --- | --- | --- | --- | --- |",
+        "| "
+        + " | ".join(_cell(v) for v in versions)
+        + f" | {_cell(', '.join(env['gpus']) or None)} |",
+    ]
+
+
+def _bullet(line: str) -> str:
+    """A summary line as a list item; its indented lines (the top reasons) nested."""
+    stripped = line.lstrip()
+    return f"{'  ' if stripped != line else ''}- {_cell(stripped)}"
+
+
+def _table_row(record: TestRecord) -> str:
+    cudagraphs = record["settings"].get("triton.cudagraphs")
+    switch = f"{_cell(cudagraphs['value'])} ({_cell(cudagraphs['source'])})" if cudagraphs else "-"
+    counts: dict[str, int] = {}
+    for group in grouped(record_entries(record)):
+        counts[group.kind] = counts.get(group.kind, 0) + group.count
+    entries = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in counts.items())
+    return (
+        f"| `{_cell(record['nodeid'])}` | {record['outcome']} | {_cell(record['where'])} | "
+        f"{switch} | {_cell(entries or None)} |"
+    )
+
+
+def _markdown_entry_lines(record: TestRecord) -> list[str]:
+    lines = []
+    for group in grouped(record_entries(record)):
+        lines.append(
+            f"- `{_cell(record['nodeid'])}` **{group.kind}**{_cell(group.where())}: "
+            f"`{_cell(cut(group.text, CELL_WIDTH, group.gist))}`"
+        )
+        if group.hint:
+            lines.append(f"  - {_cell(group.hint)}")
+    return lines
+
+
+def _cell(value: object) -> str:
+    text = "-" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -13,7 +13,6 @@ from typing import Final, cast
 import pytest
 
 from .._torch import runtime
-from ..core.entry_kinds import UNCLASSIFIED
 from ..core.fault_guard import Part
 from ..core.options import ReportFormat, applied_lines
 from ..core.records import (
@@ -21,15 +20,19 @@ from ..core.records import (
     Environment,
     OptionsRecord,
     ReportDocument,
-    ReportSummary,
     TestRecord,
     environment_record,
     report_document,
-    report_summary,
 )
-from .markdown import markdown_text
-from .render import brief_lines, full_lines, json_text, nothing_to_show_line, worth_a_look
-from .summary import summary_lines
+from .render import (
+    brief_lines,
+    full_lines,
+    json_text,
+    markdown_text,
+    nothing_to_show_line,
+    worth_a_look,
+)
+from .summary import summary_lines, summary_record
 from .wire import carried_record
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
@@ -106,25 +109,12 @@ class ReportWriter:
                     (f"cudagraph report: {fmt.kind} written to {fmt.path}", False)
                 )
 
-    def summary(self) -> ReportSummary:
-        records = list(self.records.values())
-        return report_summary(
-            tests=len(records),
-            outcomes=dict(Counter(r["outcome"] for r in records)),
-            errors_by_kind=dict(
-                Counter(e["kind"] or UNCLASSIFIED for r in records for e in r["errors"])
-            ),
-            recorded=sum(r["activity"]["recorded"] for r in records),
-            replays=sum(r["activity"]["replays"] for r in records),
-            skips=sum(len(r["activity"]["skips"]) for r in records),
-        )
-
     def document(self) -> ReportDocument:
         return report_document(
             schema=SCHEMA,
             environment=_environment(self.options),
             tests=[self.records[k] for k in sorted(self.records)],
-            summary=self.summary(),
+            summary=summary_record(list(self.records.values())),
         )
 
 
