@@ -8,7 +8,6 @@ had the state, and captures in several threads could overlap.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 from types import ModuleType
@@ -24,29 +23,6 @@ TLS_KEYS: Final = ("tree_manager_containers", "tree_manager_locks")
 
 # Releases take turns: see ``release_cudagraph_tls``.
 _RELEASES: Final = threading.Lock()
-# Before torch 2.13, what a thread stashed in torch's C++ thread-local objects is let go as the
-# OS thread ends, after Python has cleared the thread, without the GIL: the dicts are freed
-# beside the other threads' work and the heap is corrupted (a segfault later, in any thread;
-# torch 2.9.1, CPU). Each thread that has the state keeps an object here whose finalizer, run as
-# Python clears the thread (the GIL held), stashes None in their place.
-_THREAD_END: Final = threading.local()
-
-
-class _UnstashAtThreadEnd:
-    def __del__(self) -> None:
-        torch = sys.modules.get("torch")
-        with contextlib.suppress(Exception):  # the thread ends either way
-            for key in TLS_KEYS:
-                if torch is not None and torch._C._is_key_in_tls(key):
-                    torch._C._stash_obj_in_tls(key, None)
-
-
-def _unstash_at_thread_end() -> None:
-    in_worker = threading.current_thread() is not threading.main_thread()
-    if in_worker and not hasattr(_THREAD_END, "unstash"):
-        _THREAD_END.unstash = _UnstashAtThreadEnd()
-
-
 def has_cudagraph_tls() -> bool:
     """Whether the calling thread has CUDAGraph Trees state (never creates it)."""
     torch = sys.modules.get("torch")
@@ -77,7 +53,6 @@ def import_cudagraph_trees() -> ModuleType:
     in_worker = threading.current_thread() is not threading.main_thread()
     if first_import and in_worker and not creates_thread_state_lazily(trees):
         replace_for_good(PATCHES["trees.get_obj"], trees, _creating_main_thread_state)
-        _unstash_at_thread_end()
     return trees
 
 
@@ -138,7 +113,6 @@ def ensure_cudagraph_tls() -> bool:
     for key in TLS_KEYS:
         if not stash._is_key_in_tls(key):
             stash._stash_obj_in_tls(key, getattr(local, key))
-    _unstash_at_thread_end()
     return created
 
 
@@ -159,12 +133,17 @@ def release_cudagraph_tls() -> None:
             trees.reset_cudagraph_trees()
         finally:
             trees._set_cached_tensors_enabled(True)
-    remove = getattr(sys.modules["torch"]._C, "_remove_obj_from_tls", None)
-    if remove is None:
-        _unstash_at_thread_end()
-        return
+    # Before torch 2.13 there is no removing, and what the thread stashed is freed as the OS
+    # thread ends, after Python has cleared the thread, without the GIL: the heap is corrupted
+    # and the process crashes later, in any thread (torch 2.9.1 to 2.11). None takes its place
+    # while the thread still runs.
+    stash = sys.modules["torch"]._C
+    remove = getattr(stash, "_remove_obj_from_tls", None)
     for key in TLS_KEYS:
-        remove(key)
+        if remove is not None:
+            remove(key)
+        else:
+            stash._stash_obj_in_tls(key, None)
 
 
 def _may_hold_state(trees: ModuleType) -> bool:

@@ -1,66 +1,51 @@
-"""A thread given CUDAGraph Trees state (``ensure_cudagraph_tls``) leaves nothing in torch's C++
-thread-local objects for the OS thread's end to free: before torch 2.13 that end frees them
-without the GIL, and the process crashes later in any thread (torch 2.9.1: a segfault within
-300 such threads). Real threads, real torch."""
+"""A ``tls="init"`` thread of the marker leaves nothing in torch's C++ thread-local objects for the
+OS thread's end to free: before torch 2.13 that end frees them without the GIL, and the process
+crashes later in any thread (torch 2.9.1 and 2.11). Real sessions, real threads, real torch."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+import pytest
+
+# Python clears a thread's ``threading.local`` values after the thread's function has returned
+# (after the marker's release): a local's finalizer sees what the OS thread's end will find.
+SUITE = """
 import threading
 
+import pytest
 import torch
 
-from pytest_cudagraph_guard import ensure_cudagraph_tls
-from pytest_cudagraph_guard._torch.trees import TLS_KEYS
+FOUND = []
+KEYS = ("tree_manager_containers", "tree_manager_locks")
+LAST = threading.local()
 
 
-def test_what_a_thread_stashed_is_gone_before_its_os_thread_ends() -> None:
-    """Python clears a thread's ``threading.local`` values in the order the thread first set
-    them: a local set after ``ensure_cudagraph_tls`` is cleared after the plugin's, and sees
-    what the OS thread's end will find."""
-    found: list[object] = []
-
-    class LookAtTheEnd:
-        def __del__(self) -> None:
-            found.extend(torch._C._get_obj_in_tls(key) for key in TLS_KEYS)
-
-    last = threading.local()
-
-    def drafter() -> None:
-        ensure_cudagraph_tls()
-        assert all(torch._C._get_obj_in_tls(key) is not None for key in TLS_KEYS)
-        last.look = LookAtTheEnd()
-
-    thread = threading.Thread(target=drafter)
-    thread.start()
-    thread.join()
-    assert found == [None, None]
+class LookAtTheEnd:
+    def __del__(self):
+        FOUND.append([torch._C._get_obj_in_tls(key) if torch._C._is_key_in_tls(key) else None
+                      for key in KEYS])
 
 
-def test_many_threads_with_the_state_end_without_a_crash() -> None:
-    code = textwrap.dedent(
-        """
-        import gc, threading
-        import torch
-        from pytest_cudagraph_guard import ensure_cudagraph_tls
+@pytest.mark.cudagraph_thread(threads=2, tls="init")
+@pytest.mark.parametrize("case", range({cases}))
+def test_drafter(case):
+    assert all(torch._C._is_key_in_tls(key) for key in KEYS)
+    torch.compile(lambda x: x * 2, backend="eager")(torch.ones(2))
+    LAST.look = LookAtTheEnd()
 
-        def drafter():
-            ensure_cudagraph_tls()
-            torch.compile(lambda x: x * 2, backend="eager")(torch.ones(2))
 
-        for i in range(300):
-            thread = threading.Thread(target=drafter)
-            thread.start()
-            thread.join()
-            garbage = [{"a": [object() for _ in range(20)]} for _ in range(300)]
-            if i % 25 == 0:
-                gc.collect()
-        print("ended")
-        """
-    )
-    ran = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert (ran.returncode, ran.stdout.strip()) == (0, "ended"), ran.stderr[-2000:]
+def test_nothing_was_left():
+    assert FOUND == [[None, None]] * (2 * {cases})
+"""
+
+
+def test_what_a_marker_thread_stashed_is_gone_before_its_os_thread_ends(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makepyfile(SUITE.format(cases=3))
+    ourtester.runpytest("-p", "no:randomly").assert_outcomes(passed=4)
+
+
+def test_many_marker_threads_end_without_a_crash(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(SUITE.format(cases=150))
+    result = ourtester.runpytest_subprocess("-p", "no:randomly", timeout=600)
+    result.assert_outcomes(passed=151)
