@@ -41,7 +41,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from .core.option_declarations import add_options
+    from .core.options import add_options
 
     add_options(parser)
 
