@@ -42,12 +42,12 @@ class Change(NamedTuple):
         return f"{self.written_as} (alias of {self.key})"
 
     def as_leak(self) -> LeakEntry:
-        from .records import leak_entry
+        from .records import LeakEntry
 
-        return leak_entry(
-            self.written_as or self.qualified_key,
-            _shown_value(self.before),
-            _shown_value(self.after),
+        return LeakEntry(
+            key=self.written_as or self.qualified_key,
+            before=_shown_value(self.before),
+            after=_shown_value(self.after),
             alias_of=self.qualified_key if self.written_as else None,
         )
 

@@ -18,8 +18,6 @@ from ..core.records import (
     ErrorEntry,
     SkipEntry,
     ThreadActivity,
-    activity_record,
-    compiled_entry,
 )
 from ..core.settings import jsonable
 from .torch_findings import (
@@ -163,7 +161,7 @@ class TestActivity:
             | set(self.replays)
             | {s["thread"] for s in self.skips}
         )
-        return activity_record(
+        return Activity(
             compiled=[_compiled_entry(c) for c in self.compiled],
             cudagraphed_graphs=sum(self.cudagraphified.values()),
             recorded=sum(self.recorded.values()),
@@ -238,7 +236,7 @@ _HANDLERS: Final[dict[type, Callable[[TestActivity, Any], None]]] = {
 
 
 def _compiled_entry(compiled: Compile) -> CompiledEntry:
-    return compiled_entry(
+    return CompiledEntry(
         thread=compiled.thread,
         backend=compiled.backend,
         options=jsonable(compiled.options),

@@ -24,8 +24,6 @@ from ..core.records import (
     ReportSummary,
     TestRecord,
     environment_record,
-    report_document,
-    report_summary,
 )
 from .markdown import markdown_text
 from .render import brief_lines, full_lines, json_text, nothing_to_show_line, worth_a_look
@@ -108,7 +106,7 @@ class ReportWriter:
 
     def summary(self) -> ReportSummary:
         records = list(self.records.values())
-        return report_summary(
+        return ReportSummary(
             tests=len(records),
             outcomes=dict(Counter(r["outcome"] for r in records)),
             errors_by_kind=dict(
@@ -120,7 +118,7 @@ class ReportWriter:
         )
 
     def document(self) -> ReportDocument:
-        return report_document(
+        return ReportDocument(
             schema=SCHEMA,
             environment=_environment(self.options),
             tests=[self.records[k] for k in sorted(self.records)],

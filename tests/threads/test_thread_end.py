@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import textwrap
+import threading
 
 import torch
 
