@@ -182,22 +182,22 @@ class LeakGuard:
             if before is not None:
                 self._take_in_since(before)
 
+    def _baseline_stands(self) -> bool:
+        """Whether the quick check shows that nothing changed since the baseline was taken."""
+        quick = self._quick
+        return (
+            self._baseline is not None and quick is not None and bool(self._safely(quick.unchanged))
+        )
+
     def _state_now(self) -> Snapshot | None:
-        """The state now: the baseline itself where the quick check shows that nothing changed
-        since it was taken (a session-scoped fixture, set up in every test process, then costs
-        no snapshot), else a snapshot."""
-        if self._baseline is not None and self._quick is not None:
-            quick = self._quick
-            if self._safely(quick.unchanged):
-                return self._baseline
-        return self._safely(Snapshot.take)
+        """The state now: the baseline itself where it stands (a session-scoped fixture, set up
+        in every test process, then costs no snapshot), else a snapshot."""
+        return self._baseline if self._baseline_stands() else self._safely(Snapshot.take)
 
     def _take_in_since(self, before: Snapshot) -> None:
         """Takes into the baseline what changed since ``before`` (from :meth:`_state_now`)."""
-        if before is self._baseline and self._quick is not None:
-            quick = self._quick
-            if self._safely(quick.unchanged):
-                return  # still the baseline: nothing to take in
+        if before is self._baseline and self._baseline_stands():
+            return  # still the baseline: nothing to take in
         after = self._safely(Snapshot.take)
         if after is not None:
             self._safely(lambda: self._absorb(before, after))
@@ -266,7 +266,7 @@ def _warn_at(item: pytest.Item, message: str) -> None:
 def raised_by_us(error: BaseException) -> bool:
     """Whether ``error`` was raised by the plugin's own code rather than while reading torch:
     the frame that raised it is in this package, outside the torch boundary (``_torch``)."""
-    from .core.tracebacks import innermost
+    from .core.diagnosis import innermost
 
     tb = innermost(error)
     if tb is None:

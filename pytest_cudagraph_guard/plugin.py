@@ -17,7 +17,7 @@ import pytest
 
 from . import hookspecs
 from .core import plugin_names
-from .core.fault_guard import Part, fail_unhonoured, register, start_session
+from .core.fault_guard import Part, fail_unhonoured, register
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 
 if TYPE_CHECKING:
@@ -48,8 +48,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> object:
-    """The fault guard's session starts before any part's code runs."""
-    start_session(config)
+    """The fault guard's session starts before any part's code runs: the torch boundary's state
+    is this session's, and left at its end for the sessions that follow in this process (or that
+    this one ran inside). Its first cleanup: it runs after every feature's."""
+    from ._torch import sessions
+
+    sessions.begin_session()
+    config.add_cleanup(sessions.end_session)
     return (yield)
 
 
@@ -98,7 +103,9 @@ class Features:
         options = plugin_options(config)
         session = PluginSession(config, options, recording=bool(options.report or options.fail_on))
         start_plugin_session(session)
-        _start_notices(config)
+        from .notices import NoticesPlugin
+
+        register(config.pluginmanager, NoticesPlugin(), plugin_names.NOTICES)
         if options.guard != "off":
             _start_leak_guard(session)
         if options.applies_markers:
@@ -157,7 +164,10 @@ class Features:
 
         thread_mark, process_mark = plugin_marks(item)
         if main_thread_marks(item):
-            _fail_main_thread_misuse(item)
+            from .core.marker_arguments import main_thread_misuse
+
+            if (misuse := main_thread_misuse(item)) is not None:
+                pytest.fail(misuse, pytrace=False)
         if thread_mark is None and process_mark is None:
             return
         torch_installed = _torch_installed()
@@ -170,12 +180,6 @@ class Features:
             return
         if require_cuda and not runtime.cuda_visible():
             skip_test(NO_CUDA)
-
-
-def _start_notices(config: pytest.Config) -> None:
-    from .notices import NoticesPlugin
-
-    register(config.pluginmanager, NoticesPlugin(), plugin_names.NOTICES)
 
 
 def _start_leak_guard(session: PluginSession) -> None:
@@ -213,14 +217,6 @@ def _start_report(session: PluginSession) -> None:
 
         writer = ReportWriter(list(options.report), options.as_record())
         register(config.pluginmanager, writer, plugin_names.REPORT_WRITER)
-
-
-def _fail_main_thread_misuse(item: pytest.Item) -> None:
-    from .core.marker_arguments import main_thread_misuse
-
-    misuse = main_thread_misuse(item)
-    if misuse is not None:
-        pytest.fail(misuse, pytrace=False)
 
 
 def _isolation(session: PluginSession) -> IsolationPlugin:
