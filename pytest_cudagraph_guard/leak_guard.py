@@ -125,20 +125,16 @@ class LeakGuard:
         """The leak check; what it noted of torch is warned at once, at this test's teardown,
         whichever teardown wrapper of the session's is outermost."""
         try:
-            self.after_test(item, may_fail=may_fail)
+            changes = self._safely(self._leaked_changes) or []
+            if changes:
+                item.stash[leaks_key] = [change.as_leak() for change in changes]
+                message = leak_message(item.nodeid, changes, restored=True)
+                if self.mode == "warn":
+                    _warn_at(item, message)
+                elif self.mode == "fail" and may_fail:
+                    pytest.fail(f"cudagraph_guard: {message}", pytrace=False)
         finally:
             warn_torch_notices(item.config, nodeid=item.nodeid)
-
-    def after_test(self, item: pytest.Item, *, may_fail: bool = True) -> None:
-        changes = self._safely(self._leaked_changes) or []
-        if not changes:
-            return
-        item.stash[leaks_key] = [change.as_leak() for change in changes]
-        message = leak_message(item.nodeid, changes, restored=True)
-        if self.mode == "warn":
-            _warn_at(item, message)
-        elif self.mode == "fail" and may_fail:
-            pytest.fail(f"cudagraph_guard: {message}", pytrace=False)
 
     @contextmanager
     def shared_fixture(self, fixturedef: pytest.FixtureDef[Any]) -> Iterator[None]:
@@ -251,13 +247,13 @@ class LeakGuard:
 def _warn_at(item: pytest.Item, message: str) -> None:
     """Warns at the test's own line; where warnings are errors (``-W error``), the test errors
     with the message alone, not the guard's source."""
-    filename, lineno = _location(item)
+    path, lineno, _ = item.location
     try:
         warnings.warn_explicit(
             CudagraphConfigLeakWarning(message),
             CudagraphConfigLeakWarning,
-            filename=filename,
-            lineno=lineno,
+            filename=str(item.path if item.path is not None else path),
+            lineno=(lineno or 0) + 1,
         )
     except CudagraphConfigLeakWarning as error:
         pytest.fail(f"{CudagraphConfigLeakWarning.__name__}: {error}", pytrace=False)
@@ -273,8 +269,3 @@ def raised_by_us(error: BaseException) -> bool:
         return False
     raised_in = Path(tb.tb_frame.f_code.co_filename).resolve()
     return raised_in.is_relative_to(_PACKAGE) and not raised_in.is_relative_to(_PACKAGE / "_torch")
-
-
-def _location(item: pytest.Item) -> tuple[str, int]:
-    path, lineno, _ = item.location
-    return str(item.path if item.path is not None else path), (lineno or 0) + 1

@@ -170,7 +170,11 @@ class Features:
                 pytest.fail(misuse, pytrace=False)
         if thread_mark is None and process_mark is None:
             return
-        torch_installed = _torch_installed()
+        try:
+            runtime.import_torch()
+            torch_installed = True
+        except runtime.TorchNotInstalled:
+            torch_installed = False
         failure, require_cuda = _check_markers(item, thread_mark, process_mark, torch_installed)
         if failure is not None:  # outside the handler: one message, with no chained exception
             pytest.fail(failure, pytrace=False)
@@ -252,7 +256,6 @@ def _check_markers(
     marker = THREAD_MARKER
     try:
         if thread_mark is not None:
-            marker = THREAD_MARKER
             thread = item_thread_options(
                 item, thread_mark, options.timeout, torch_installed=torch_installed
             )
@@ -264,13 +267,3 @@ def _check_markers(
     except MarkerError as error:
         return describe_error(item.nodeid, marker, error), False
     return None, require_cuda
-
-
-def _torch_installed() -> bool:
-    from ._torch import runtime
-
-    try:
-        runtime.import_torch()
-    except runtime.TorchNotInstalled:
-        return False
-    return True

@@ -274,12 +274,15 @@ class ThreadRun:
             return
         self.session.release_thread_state()
 
+    def _failures(self) -> list[tuple[str, BaseException]]:
+        """What each thread raised, in thread order; a skip or xfail is the test's outcome, not
+        an error."""
+        raised = [(name, self.errors[name]) for name in self.names if name in self.errors]
+        return [(name, exc) for name, exc in raised if not is_skip_or_xfail(exc)]
+
     def _record_errors(self) -> None:
-        for name in self.names:  # a skip or xfail is the test's outcome, not an error
-            if name in self.errors and not is_skip_or_xfail(self.errors[name]):
-                self.result.errors.append(
-                    error_record(self.errors[name], name, self.session.diagnose_hook)
-                )
+        hook = self.session.diagnose_hook
+        self.result.errors += [error_record(exc, name, hook) for name, exc in self._failures()]
 
     def _conclude(self, stuck: list[threading.Thread]) -> None:
         __tracebackhide__ = True
@@ -287,12 +290,7 @@ class ThreadRun:
             return
         if stuck:
             self._fail_timeout(stuck)
-        failures = [
-            (name, self.errors[name])
-            for name in self.names
-            if name in self.errors and not is_skip_or_xfail(self.errors[name])
-        ]
-        if failures:
+        if failures := self._failures():
             raise_failures(failures, self.result.errors, len(self.names))
         for outcome in (pytest.xfail.Exception, pytest.skip.Exception):
             for exc in self.errors.values():
