@@ -2,7 +2,7 @@
 fixtures, and the features, each loaded when the session shows that it needs it.
 
 Loading this module declares and imports nothing more (never torch). Its own hooks declare, and
-start the fault guard's session (``core.fault_guard``); the rest are ``Features``', registered
+start the fault guard's session (``_torch.sessions``); the rest are ``Features``', registered
 as the plugin is: ``pytest_configure`` builds the session's ``PluginSession``, which every feature
 reads, and registers the features that the options ask for; the marker features load once a
 collected module or test names their marker. Hooks are in lifecycle order. PYTEST_DONT_REWRITE:
