@@ -125,20 +125,16 @@ class LeakGuard:
         """The leak check; what it noted of torch is warned at once, at this test's teardown,
         whichever teardown wrapper of the session's is outermost."""
         try:
-            self.after_test(item, may_fail=may_fail)
+            changes = self._safely(self._leaked_changes) or []
+            if changes:
+                item.stash[leaks_key] = [change.as_leak() for change in changes]
+                message = leak_message(item.nodeid, changes, restored=True)
+                if self.mode == "warn":
+                    _warn_at(item, message)
+                elif self.mode == "fail" and may_fail:
+                    pytest.fail(f"cudagraph_guard: {message}", pytrace=False)
         finally:
             warn_torch_notices(item.config, nodeid=item.nodeid)
-
-    def after_test(self, item: pytest.Item, *, may_fail: bool = True) -> None:
-        changes = self._safely(self._leaked_changes) or []
-        if not changes:
-            return
-        item.stash[leaks_key] = [change.as_leak() for change in changes]
-        message = leak_message(item.nodeid, changes, restored=True)
-        if self.mode == "warn":
-            _warn_at(item, message)
-        elif self.mode == "fail" and may_fail:
-            pytest.fail(f"cudagraph_guard: {message}", pytrace=False)
 
     @contextmanager
     def shared_fixture(self, fixturedef: pytest.FixtureDef[Any]) -> Iterator[None]:
@@ -182,22 +178,22 @@ class LeakGuard:
             if before is not None:
                 self._take_in_since(before)
 
+    def _baseline_stands(self) -> bool:
+        """Whether the quick check shows that nothing changed since the baseline was taken."""
+        quick = self._quick
+        return (
+            self._baseline is not None and quick is not None and bool(self._safely(quick.unchanged))
+        )
+
     def _state_now(self) -> Snapshot | None:
-        """The state now: the baseline itself where the quick check shows that nothing changed
-        since it was taken (a session-scoped fixture, set up in every test process, then costs
-        no snapshot), else a snapshot."""
-        if self._baseline is not None and self._quick is not None:
-            quick = self._quick
-            if self._safely(quick.unchanged):
-                return self._baseline
-        return self._safely(Snapshot.take)
+        """The state now: the baseline itself where it stands (a session-scoped fixture, set up
+        in every test process, then costs no snapshot), else a snapshot."""
+        return self._baseline if self._baseline_stands() else self._safely(Snapshot.take)
 
     def _take_in_since(self, before: Snapshot) -> None:
         """Takes into the baseline what changed since ``before`` (from :meth:`_state_now`)."""
-        if before is self._baseline and self._quick is not None:
-            quick = self._quick
-            if self._safely(quick.unchanged):
-                return  # still the baseline: nothing to take in
+        if before is self._baseline and self._baseline_stands():
+            return  # still the baseline: nothing to take in
         after = self._safely(Snapshot.take)
         if after is not None:
             self._safely(lambda: self._absorb(before, after))
@@ -251,13 +247,13 @@ class LeakGuard:
 def _warn_at(item: pytest.Item, message: str) -> None:
     """Warns at the test's own line; where warnings are errors (``-W error``), the test errors
     with the message alone, not the guard's source."""
-    filename, lineno = _location(item)
+    path, lineno, _ = item.location
     try:
         warnings.warn_explicit(
             CudagraphConfigLeakWarning(message),
             CudagraphConfigLeakWarning,
-            filename=filename,
-            lineno=lineno,
+            filename=str(item.path if item.path is not None else path),
+            lineno=(lineno or 0) + 1,
         )
     except CudagraphConfigLeakWarning as error:
         pytest.fail(f"{CudagraphConfigLeakWarning.__name__}: {error}", pytrace=False)
@@ -266,15 +262,10 @@ def _warn_at(item: pytest.Item, message: str) -> None:
 def raised_by_us(error: BaseException) -> bool:
     """Whether ``error`` was raised by the plugin's own code rather than while reading torch:
     the frame that raised it is in this package, outside the torch boundary (``_torch``)."""
-    from .core.tracebacks import innermost
+    from .core.diagnosis import innermost
 
     tb = innermost(error)
     if tb is None:
         return False
     raised_in = Path(tb.tb_frame.f_code.co_filename).resolve()
     return raised_in.is_relative_to(_PACKAGE) and not raised_in.is_relative_to(_PACKAGE / "_torch")
-
-
-def _location(item: pytest.Item) -> tuple[str, int]:
-    path, lineno, _ = item.location
-    return str(item.path if item.path is not None else path), (lineno or 0) + 1

@@ -2,7 +2,7 @@
 fixtures, and the features, each loaded when the session shows that it needs it.
 
 Loading this module declares and imports nothing more (never torch). Its own hooks declare, and
-start the fault guard's session (``core.fault_guard``); the rest are ``Features``', registered
+start the fault guard's session (``_torch.sessions``); the rest are ``Features``', registered
 as the plugin is: ``pytest_configure`` builds the session's ``PluginSession``, which every feature
 reads, and registers the features that the options ask for; the marker features load once a
 collected module or test names their marker. Hooks are in lifecycle order. PYTEST_DONT_REWRITE:
@@ -17,7 +17,7 @@ import pytest
 
 from . import hookspecs
 from .core import plugin_names
-from .core.fault_guard import Part, fail_unhonoured, register, start_session
+from .core.fault_guard import Part, fail_unhonoured, register
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 
 if TYPE_CHECKING:
@@ -41,15 +41,20 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from .core.option_declarations import add_options
+    from .core.options import add_options
 
     add_options(parser)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> object:
-    """The fault guard's session starts before any part's code runs."""
-    start_session(config)
+    """The fault guard's session starts before any part's code runs: the torch boundary's state
+    is this session's, and left at its end for the sessions that follow in this process (or that
+    this one ran inside). Its first cleanup: it runs after every feature's."""
+    from ._torch import sessions
+
+    sessions.begin_session()
+    config.add_cleanup(sessions.end_session)
     return (yield)
 
 
@@ -98,7 +103,9 @@ class Features:
         options = plugin_options(config)
         session = PluginSession(config, options, recording=bool(options.report or options.fail_on))
         start_plugin_session(session)
-        _start_notices(config)
+        from .notices import NoticesPlugin
+
+        register(config.pluginmanager, NoticesPlugin(), plugin_names.NOTICES)
         if options.guard != "off":
             _start_leak_guard(session)
         if options.applies_markers:
@@ -157,10 +164,17 @@ class Features:
 
         thread_mark, process_mark = plugin_marks(item)
         if main_thread_marks(item):
-            _fail_main_thread_misuse(item)
+            from .core.marker_arguments import main_thread_misuse
+
+            if (misuse := main_thread_misuse(item)) is not None:
+                pytest.fail(misuse, pytrace=False)
         if thread_mark is None and process_mark is None:
             return
-        torch_installed = _torch_installed()
+        try:
+            runtime.import_torch()
+            torch_installed = True
+        except runtime.TorchNotInstalled:
+            torch_installed = False
         failure, require_cuda = _check_markers(item, thread_mark, process_mark, torch_installed)
         if failure is not None:  # outside the handler: one message, with no chained exception
             pytest.fail(failure, pytrace=False)
@@ -170,12 +184,6 @@ class Features:
             return
         if require_cuda and not runtime.cuda_visible():
             skip_test(NO_CUDA)
-
-
-def _start_notices(config: pytest.Config) -> None:
-    from .notices import NoticesPlugin
-
-    register(config.pluginmanager, NoticesPlugin(), plugin_names.NOTICES)
 
 
 def _start_leak_guard(session: PluginSession) -> None:
@@ -215,14 +223,6 @@ def _start_report(session: PluginSession) -> None:
         register(config.pluginmanager, writer, plugin_names.REPORT_WRITER)
 
 
-def _fail_main_thread_misuse(item: pytest.Item) -> None:
-    from .core.marker_arguments import main_thread_misuse
-
-    misuse = main_thread_misuse(item)
-    if misuse is not None:
-        pytest.fail(misuse, pytrace=False)
-
-
 def _isolation(session: PluginSession) -> IsolationPlugin:
     """The session's ``cudagraph_subprocess`` feature, loaded on first use."""
     from .isolation.plugin import IsolationPlugin, isolation_of
@@ -256,7 +256,6 @@ def _check_markers(
     marker = THREAD_MARKER
     try:
         if thread_mark is not None:
-            marker = THREAD_MARKER
             thread = item_thread_options(
                 item, thread_mark, options.timeout, torch_installed=torch_installed
             )
@@ -268,13 +267,3 @@ def _check_markers(
     except MarkerError as error:
         return describe_error(item.nodeid, marker, error), False
     return None, require_cuda
-
-
-def _torch_installed() -> bool:
-    from ._torch import runtime
-
-    try:
-        runtime.import_torch()
-    except runtime.TorchNotInstalled:
-        return False
-    return True

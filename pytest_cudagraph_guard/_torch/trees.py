@@ -23,6 +23,8 @@ TLS_KEYS: Final = ("tree_manager_containers", "tree_manager_locks")
 
 # Releases take turns: see ``release_cudagraph_tls``.
 _RELEASES: Final = threading.Lock()
+
+
 def has_cudagraph_tls() -> bool:
     """Whether the calling thread has CUDAGraph Trees state (never creates it)."""
     torch = sys.modules.get("torch")

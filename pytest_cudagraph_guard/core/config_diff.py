@@ -42,12 +42,12 @@ class Change(NamedTuple):
         return f"{self.written_as} (alias of {self.key})"
 
     def as_leak(self) -> LeakEntry:
-        from .records import leak_entry
+        from .records import LeakEntry
 
-        return leak_entry(
-            self.written_as or self.qualified_key,
-            _shown_value(self.before),
-            _shown_value(self.after),
+        return LeakEntry(
+            key=self.written_as or self.qualified_key,
+            before=_shown_value(self.before),
+            after=_shown_value(self.after),
             alias_of=self.qualified_key if self.written_as else None,
         )
 
@@ -98,7 +98,7 @@ def _module_diffs(before: Snapshot, after: Snapshot) -> list[_KeyDiff]:
     return diffs
 
 
-def _env_keys_changed(before: Snapshot, after: Snapshot) -> list[str]:
+def _env_changes(before: Snapshot, after: Snapshot) -> list[Change]:
     """Variables that differ, less torch's own memo of its default cache directory."""
     keys = sorted(set(before.env) | set(after.env))
     changed = [key for key in keys if before.env.get(key) != after.env.get(key)]
@@ -107,16 +107,9 @@ def _env_keys_changed(before: Snapshot, after: Snapshot) -> list[str]:
     from .._torch import env_sources
 
     return [
-        key
-        for key in changed
-        if not env_sources.is_torch_env_memo(key, before.env.get(key), after.env.get(key))
-    ]
-
-
-def _env_changes(before: Snapshot, after: Snapshot) -> list[Change]:
-    return [
         Change("env", k, before.env.get(k, ENV_UNSET), after.env.get(k, ENV_UNSET))
-        for k in _env_keys_changed(before, after)
+        for k in changed
+        if not env_sources.is_torch_env_memo(k, before.env.get(k), after.env.get(k))
     ]
 
 

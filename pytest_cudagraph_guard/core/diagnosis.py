@@ -11,6 +11,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Final
 
 import pytest
@@ -25,7 +26,6 @@ from .entry_kinds import (
     TLS_MISSING,
 )
 from .records import ErrorEntry, error_entry
-from .tracebacks import innermost
 
 FIXED_IN: Final = (2, 13)
 FIX_PR: Final = "pytorch PR #184357"
@@ -149,17 +149,13 @@ def _mentions_tls_machinery(exc: BaseException, text: str) -> bool:
     return False
 
 
-def _release() -> tuple[int, int]:
-    return runtime.release_tuple()
-
-
 def _torch_label() -> str:
     version = runtime.torch_version()
     return f"torch {version}" if version else "this torch"
 
 
 def tls_missing_hint() -> str:
-    if _release() >= FIXED_IN:
+    if runtime.release_tuple() >= FIXED_IN:
         return (
             "CUDAGraph Trees per-thread state is missing: torch >= 2.13 creates it lazily "
             f"({FIX_PR}), so an older get_obj is in use here (a patched or vendored "
@@ -177,7 +173,7 @@ def tls_missing_hint() -> str:
 def capture_conflict_hint() -> str:
     from .._torch import readiness
 
-    if _release() >= FIXED_IN:
+    if runtime.release_tuple() >= FIXED_IN:
         return (
             "CUDA graph capture overlapped with CUDA work in another thread; torch >= 2.13 "
             "serializes warm-up and capture (graph_capture_lock) but not eager work, "
@@ -362,7 +358,7 @@ def short_traceback(exc: BaseException, limit: int = 8) -> str:
     return "".join(traceback.format_list(frames)).rstrip()
 
 
-# --- traceback helpers ----------------------------------------------------------------------
+# --- traceback helpers (``innermost`` also for the leak guard) ---------------------------------
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -372,6 +368,14 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
+
+
+def innermost(exc: BaseException) -> TracebackType | None:
+    """The entry of ``exc``'s traceback for the frame that raised it; None without a traceback."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb
 
 
 def _innermost_is(exc: BaseException, function: str | None, files: tuple[str, ...]) -> bool:

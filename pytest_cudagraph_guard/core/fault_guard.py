@@ -309,20 +309,10 @@ def plugin_error_record(loss: faults.Loss, error: BaseException) -> ErrorEntry:
     )
 
 
-# --- a session's start, and tests that asked for what failed ------------------------------------
+# --- tests that asked for what failed -----------------------------------------------------------
 
 _unhonoured_key = pytest.StashKey[str]()
 _unhonoured_in_session_key = pytest.StashKey[list[tuple[Honours, str]]]()
-
-
-def start_session(config: pytest.Config) -> None:
-    """A session's first hook: the torch boundary's state is this session's, and left at its end
-    for the sessions that follow in this process (or that this one ran inside). Its first
-    cleanup: it runs after every feature's."""
-    from .._torch import sessions
-
-    sessions.begin_session()
-    config.add_cleanup(sessions.end_session)
 
 
 def _unhonoured(

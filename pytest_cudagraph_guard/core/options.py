@@ -1,9 +1,8 @@
-"""Every option and ini key of the plugin, resolved once per session (by ``plugin.py``, read by
-every feature through ``core.session``) into one frozen :class:`PluginOptions`: the command line,
-else the ini file, else the default, each value with where it came from. A bad value is one usage
-error that names that origin and the value.
-
-The declarations (``pytest_addoption``) are in :mod:`.option_declarations`.
+"""Every option and ini key of the plugin, declared once (``DECLARED``, added by ``plugin.py``'s
+``pytest_addoption``) and resolved once per session (by ``plugin.py``, read by every feature
+through ``core.session``) into one frozen :class:`PluginOptions`: the command line, else the ini
+file, else the default, each value with where it came from. A bad value is one usage error that
+names that origin and the value.
 """
 
 from __future__ import annotations
@@ -11,7 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import pytest
 
@@ -34,8 +34,6 @@ FORMAT_HELP: Final = "term, term-all, json:PATH or md:PATH"
 # The words pytest's own bool ini keys accept.
 TRUE_WORDS: Final = ("1", "true", "t", "yes", "y", "on")
 FALSE_WORDS: Final = ("0", "false", "f", "no", "n", "off")
-COMMAND_LINE_ONLY: Final = frozenset({"settings"})
-INI_ONLY: Final = frozenset({"cuda_ahead", "spares", "process_env"})
 
 
 def ini_key(name: str) -> str:
@@ -55,7 +53,6 @@ def ini_origin(name: str) -> str:
 
 # The option that applies each marker to a suite's unmarked tests.
 FIELD_OF: Final = {THREAD_MARKER: "threads", SUBPROCESS_MARKER: "subprocess"}
-OPTION_OF: Final = {marker: option_flag(field) for marker, field in FIELD_OF.items()}
 
 
 def applied_lines(tests_by_applier: Mapping[str, int]) -> list[str]:
@@ -143,32 +140,26 @@ def plugin_options(config: pytest.Config) -> PluginOptions:
 def resolve_options(config: pytest.Config) -> PluginOptions:
     values: dict[str, Any] = {}
     origins = []
-    for name in PluginOptions._fields:
-        read = _READERS.get(name)
-        if read is None:
-            continue
-        found = _given(config, name)
-        if found is None:
-            origins.append((name, DEFAULT_ORIGIN))
-            continue
-        raw, origin = found
-        values[name] = read(raw, origin)
+    for name, declared in DECLARED.items():
+        raw, origin = _given(config, name, declared)
         origins.append((name, origin))
+        if origin != DEFAULT_ORIGIN:
+            values[name] = declared.read(raw, origin)
     return PluginOptions(**values, origins=tuple(origins))
 
 
-def _given(config: pytest.Config, name: str) -> tuple[Any, str] | None:
-    """The raw value of option ``name`` and its origin; None where neither the command line
-    nor the ini file gives one."""
-    if name not in INI_ONLY:
+def _given(config: pytest.Config, name: str, declared: Declared) -> tuple[Any, str]:
+    """The raw value of option ``name`` and its origin (``DEFAULT_ORIGIN`` where neither the
+    command line nor the ini file gives one)."""
+    if declared.help is not None:
         value = config.getoption(ini_key(name))
         if value is not None and value is not False:
             return value, option_flag(name)
-    if name not in COMMAND_LINE_ONLY:
+    if declared.ini_help is not None:
         value = config.getini(ini_key(name))
         if not _blank(value):
             return value, ini_origin(name)
-    return None
+    return None, DEFAULT_ORIGIN
 
 
 def _blank(value: object) -> bool:
@@ -288,17 +279,122 @@ def _environment(value: object, origin: str) -> tuple[tuple[str, str], ...]:
     return tuple(found.items())
 
 
-_READERS: Final[dict[str, Callable[[Any, str], Any]]] = {
-    "guard": _one_of(GUARD_MODES),
-    "report": _formats,
-    "threads": _whole_number,
-    "tls": _one_of(TLS_MODES),
-    "subprocess": _boolean,
-    "on": _boolean,
-    "timeout": _seconds,
-    "fail_on": _kinds,
-    "cuda_ahead": _boolean,
-    "spares": _spares,
-    "process_env": _environment,
-    "settings": _boolean,
+# --- the declarations, in the order ``pytest --help`` shows them ------------------------------
+
+
+class Declared(NamedTuple):
+    """One option: its reader (of a raw value: text, a list for the list ini keys, or what
+    argparse made; a command-line option not given is None, told from a value); its command-line
+    option's help (None: an ini key only) and argparse keywords; its ini key's help (None: the
+    command line only) and ini type."""
+
+    read: Callable[[Any, str], Any]
+    help: str | None
+    ini_help: str | None = None
+    ini_type: Literal["args", "linelist"] | None = None  # else text
+    argparse: Mapping[str, Any] = MappingProxyType({})
+
+
+DECLARED: Final = {
+    "guard": Declared(
+        _one_of(GUARD_MODES),
+        "what to do when a test leaves torch._inductor/_dynamo config or TORCHINDUCTOR_*, "
+        "TORCHDYNAMO_*, TORCH_COMPILE* variables changed: restore them silently, warn "
+        "(restore and warn), fail (restore and error the test), or off. "
+        f"Default: ini cudagraph_guard, else {DEFAULT_GUARD_MODE}.",
+        f"default for --cudagraph-guard: one of {', '.join(GUARD_MODES)}",
+        argparse={"choices": GUARD_MODES},
+    ),
+    "report": Declared(
+        _formats,
+        "report, per test, the effective cudagraph settings with their source, the CUDA-graph "
+        f"work that happened and every thread/TLS error; FORMAT is {FORMAT_HELP} "
+        "(default term); repeatable",
+        f"report formats when --cudagraph-report is not given: {FORMAT_HELP}",
+        "args",
+        {"action": "append", "nargs": "?", "const": "term", "metavar": "FORMAT"},
+    ),
+    "threads": Declared(
+        _whole_number,
+        "run every test that has none of the plugin's markers as if marked "
+        "cudagraph_thread(threads=N, tls=--cudagraph-tls), its settings as in the main thread; "
+        "0 (the default): off",
+        "default for --cudagraph-threads",
+        argparse={"metavar": "N"},
+    ),
+    "tls": Declared(
+        _one_of(TLS_MODES),
+        "the tls= of the threads that --cudagraph-threads applies (default native)",
+        "default for --cudagraph-tls",
+        argparse={"metavar": "{native,init}"},
+    ),
+    "subprocess": Declared(
+        _boolean,
+        "run every test that has none of the plugin's markers as if marked "
+        "cudagraph_subprocess(), its settings as in the main process: a test that crashes the "
+        "interpreter fails alone",
+        "default for --cudagraph-subprocess (true or false)",
+        argparse={"action": "store_true"},
+    ),
+    "on": Declared(
+        _boolean,
+        "run every test with triton.cudagraphs and triton.cudagraph_trees on (an audit of a "
+        "suite under CUDA graphs), in its threads or process too",
+        "default for --cudagraph-on (true or false)",
+        argparse={"action": "store_true"},
+    ),
+    "timeout": Declared(
+        _seconds,
+        "the default timeout of both markers and of the options that apply them",
+        "default for --cudagraph-timeout",
+        argparse={"metavar": "SECONDS"},
+    ),
+    "fail_on": Declared(
+        _kinds,
+        "fail a test, at teardown, whose record holds one of these kinds: "
+        + ", ".join(FAIL_ON_KINDS),
+        "default for --cudagraph-fail-on",
+        argparse={"metavar": "KIND[,KIND...]"},
+    ),
+    "cuda_ahead": Declared(
+        _boolean,
+        None,
+        "test processes that cudagraph_subprocess sets up ahead initialise CUDA before their "
+        "test, once the session's tests have shown they use it (true or false; default true)",
+    ),
+    "spares": Declared(
+        _spares,
+        None,
+        "how many test processes cudagraph_subprocess sets up ahead: a whole number, or auto "
+        "(the default: one, and once the session's tests use CUDA as many as the cores and "
+        "the GPU's free memory allow, at most 8)",
+    ),
+    "process_env": Declared(
+        _environment,
+        None,
+        "lines of NAME=VALUE set in every test process of cudagraph_subprocess and "
+        "--cudagraph-subprocess before it initialises CUDA (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1); "
+        "a marker's env= wins",
+        "linelist",
+    ),
+    "settings": Declared(
+        _boolean,
+        "print the effective cudagraph settings with their sources, the relevant "
+        "environment variables, versions and GPUs, then exit without running tests",
+        argparse={"action": "store_true"},
+    ),
 }
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """``pytest_addoption``: each option of ``DECLARED`` on the command line, as an ini key, or
+    both."""
+    group = parser.getgroup("cudagraph-guard", "CUDA graphs and torch config (cudagraph-guard)")
+    for name, declared in DECLARED.items():
+        if declared.help is not None:
+            flag, dest = option_flag(name), ini_key(name)
+            group.addoption(flag, dest=dest, default=None, help=declared.help, **declared.argparse)
+    for name, declared in DECLARED.items():
+        if declared.ini_help is not None:
+            default = [] if declared.ini_type else ""
+            parser.addini(ini_key(name), declared.ini_help, declared.ini_type, default)

@@ -1,5 +1,5 @@
-"""The records that features exchange and the report shows, each built in one place: here, by
-the functions that the features and the report call.
+"""The records that features exchange and the report shows, each built in one place: by its
+type's call where one feature makes it, or by a function here that fills in its defaults.
 
 A record holds builtin types only: it rides on a test's report as a user property, so it
 crosses pytest-xdist and test processes as JSON.
@@ -165,54 +165,8 @@ def setting_entry(value: Any, source: str) -> SettingEntry:
     return {"value": value, "source": source}
 
 
-def leak_entry(key: str, before: Any, after: Any, *, alias_of: str | None = None) -> LeakEntry:
-    return {"key": key, "before": before, "after": after, "alias_of": alias_of}
-
-
-def compiled_entry(
-    *,
-    thread: str,
-    backend: str,
-    options: dict[str, JsonValue],
-    cudagraphs: bool,
-    trees: Any,
-    settings: dict[str, JsonValue],
-) -> CompiledEntry:
-    return {
-        "thread": thread,
-        "backend": backend,
-        "options": options,
-        "cudagraphs": cudagraphs,
-        "trees": trees,
-        "settings": settings,
-    }
-
-
-def activity_record(
-    *,
-    compiled: list[CompiledEntry],
-    cudagraphed_graphs: int,
-    recorded: int,
-    replays: int,
-    skips: list[SkipEntry],
-    torch_skip_counter: int,
-    by_thread: dict[str, ThreadActivity],
-    earlier_compiled: int = 0,
-) -> Activity:
-    return {
-        "compiled": compiled,
-        "cudagraphed_graphs": cudagraphed_graphs,
-        "recorded": recorded,
-        "replays": replays,
-        "skips": skips,
-        "torch_skip_counter": torch_skip_counter,
-        "by_thread": by_thread,
-        "earlier_compiled": earlier_compiled,
-    }
-
-
 def no_activity() -> Activity:
-    return activity_record(
+    return Activity(
         compiled=[],
         cudagraphed_graphs=0,
         recorded=0,
@@ -220,6 +174,7 @@ def no_activity() -> Activity:
         skips=[],
         torch_skip_counter=0,
         by_thread={},
+        earlier_compiled=0,
     )
 
 
@@ -274,28 +229,3 @@ def environment_record(
         "gpus": gpus or [],
         "options": options,
     }
-
-
-def report_summary(
-    *,
-    tests: int,
-    outcomes: dict[str, int],
-    errors_by_kind: dict[str, int],
-    recorded: int,
-    replays: int,
-    skips: int,
-) -> ReportSummary:
-    return {
-        "tests": tests,
-        "outcomes": outcomes,
-        "errors_by_kind": errors_by_kind,
-        "recorded": recorded,
-        "replays": replays,
-        "skips": skips,
-    }
-
-
-def report_document(
-    *, schema: str, environment: Environment, tests: list[TestRecord], summary: ReportSummary
-) -> ReportDocument:
-    return {"schema": schema, "environment": environment, "tests": tests, "summary": summary}

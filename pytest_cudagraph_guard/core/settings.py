@@ -75,9 +75,10 @@ def _copied(raw: tuple[Any, Any]) -> tuple[Any, Any]:
 
 
 class SettingsReader:
-    """``settings_record(effective_settings(keys))``, read again only when a key's stored value
-    or torch's environment variables changed since the last read: most tests change neither,
-    and a full read (sources included) costs far more than comparing what it was made from."""
+    """``effective_settings(keys)`` as the report's records hold them, read again only when a
+    key's stored value or torch's environment variables changed since the last read: most tests
+    change neither, and a full read (sources included) costs far more than comparing what it
+    was made from."""
 
     def __init__(self) -> None:
         self._config: config_access.ConfigAccess | None = None
@@ -96,7 +97,8 @@ class SettingsReader:
         if config is not self._config or keys != self._keys:
             self._config, self._keys, self._made_from = config, keys, None
         if not self._unchanged():
-            self._record = settings_record(effective_settings(extra_keys))
+            found = effective_settings(extra_keys).items()
+            self._record = {k: setting_entry(jsonable(s.value), s.source) for k, s in found}
             self._made_from = StoredValues([config.raw_reader(key) for key in keys])
             self._stamp = environ_stamp()
         return dict(self._record)
@@ -157,10 +159,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     return repr(value)
-
-
-def settings_record(settings: dict[str, Setting]) -> dict[str, SettingEntry]:
-    return {k: setting_entry(jsonable(s.value), s.source) for k, s in settings.items()}
 
 
 def env_read_by_torch() -> dict[str, str | None]:

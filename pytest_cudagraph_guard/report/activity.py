@@ -26,8 +26,6 @@ from ..core.records import (
     SettingEntry,
     SkipEntry,
     ThreadActivity,
-    activity_record,
-    compiled_entry,
     setting_entry,
 )
 from ..core.settings import default_entry, jsonable
@@ -165,7 +163,7 @@ class TestActivity:
             | set(self.replays)
             | {s["thread"] for s in self.skips}
         )
-        return activity_record(
+        return Activity(
             compiled=[_compiled_entry(c) for c in self.compiled],
             cudagraphed_graphs=sum(self.cudagraphified.values()),
             recorded=sum(self.recorded.values()),
@@ -231,7 +229,7 @@ class TestActivity:
 
 
 def _compiled_entry(compiled: Compile) -> CompiledEntry:
-    return compiled_entry(
+    return CompiledEntry(
         thread=compiled.thread,
         backend=compiled.backend,
         options=jsonable(compiled.options),

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ..core.entry_kinds import RERECORD
-from ..core.records import ReportSummary, TestRecord, report_summary
+from ..core.records import ReportSummary, TestRecord
 from .entries import backends_text, entry_label, first_line, kind_name, skip_text
 
 TOP_REASONS: Final = 3
@@ -40,7 +40,7 @@ def summary_lines(records: Sequence[TestRecord]) -> list[str]:
 def summary_record(records: Sequence[TestRecord]) -> ReportSummary:
     """The JSON report's ``summary``: the tests, their outcomes, the errors by kind, the graphs
     recorded and replayed, the CUDA-graph skips."""
-    return report_summary(
+    return ReportSummary(
         tests=len(records),
         outcomes=dict(Counter(r["outcome"] for r in records)),
         errors_by_kind=dict(Counter(kind_name(e["kind"]) for r in records for e in r["errors"])),

@@ -22,7 +22,6 @@ from ..core.records import (
     ReportDocument,
     TestRecord,
     environment_record,
-    report_document,
 )
 from .render import (
     brief_lines,
@@ -110,7 +109,7 @@ class ReportWriter:
                 )
 
     def document(self) -> ReportDocument:
-        return report_document(
+        return ReportDocument(
             schema=SCHEMA,
             environment=_environment(self.options),
             tests=[self.records[k] for k in sorted(self.records)],

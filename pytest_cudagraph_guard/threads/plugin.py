@@ -97,5 +97,5 @@ class ThreadedCases:
 
         if mark is None or not is_unittest_case(item):
             return (yield)
-        with unittest_case_in_threads(item, self.session.runner(item, mark)):
+        with unittest_case_in_threads(item, functools.partial(self.session.run, item, mark)):
             return (yield)

@@ -90,11 +90,8 @@ class ThreadSession:
         __tracebackhide__ = True
         self.run(item, mark, functools.partial(body, *args, **kwargs))
 
-    def runner(self, item: pytest.Item, mark: pytest.Mark) -> Callable[[Body], None]:
-        """A function that runs a body in the marker's threads, for ``item``."""
-        return functools.partial(self.run, item, mark)
-
     def run(self, item: pytest.Item, mark: pytest.Mark, body: Body) -> None:
+        """``body()`` in the marker's threads, for ``item``."""
         __tracebackhide__ = True
         options = item_thread_options(item, mark, self.default_timeout)
         result = new_facts(options)
@@ -127,10 +124,6 @@ def new_facts(options: ThreadOptions) -> ThreadRunFacts:
 def _run_names(threads: int) -> tuple[str, tuple[str, ...]]:
     """The place the report shows, and the threads' names."""
     return f"thread x {threads}", tuple(THREAD_NAME.format(index=i) for i in range(threads))
-
-
-def thread_names(threads: int) -> tuple[str, ...]:
-    return _run_names(threads)[1]
 
 
 class ThreadRun:
@@ -195,7 +188,8 @@ class ThreadRun:
 
             faults.run_ours(READINESS_LOSS, readiness.stop_thread_readiness)
         if self.before is not None:
-            faults.run_ours(RESTORE_LOSS, _restore_config, self.before)
+            restore = functools.partial(config_diff.restore, include_env=False)
+            faults.run_ours(RESTORE_LOSS, restore, self.before)
 
     def _context_with_cudagraphs(self) -> contextvars.Context:
         context = contextvars.copy_context()
@@ -280,12 +274,15 @@ class ThreadRun:
             return
         self.session.release_thread_state()
 
+    def _failures(self) -> list[tuple[str, BaseException]]:
+        """What each thread raised, in thread order; a skip or xfail is the test's outcome, not
+        an error."""
+        raised = [(name, self.errors[name]) for name in self.names if name in self.errors]
+        return [(name, exc) for name, exc in raised if not is_skip_or_xfail(exc)]
+
     def _record_errors(self) -> None:
-        for name in self.names:  # a skip or xfail is the test's outcome, not an error
-            if name in self.errors and not is_skip_or_xfail(self.errors[name]):
-                self.result.errors.append(
-                    error_record(self.errors[name], name, self.session.diagnose_hook)
-                )
+        hook = self.session.diagnose_hook
+        self.result.errors += [error_record(exc, name, hook) for name, exc in self._failures()]
 
     def _conclude(self, stuck: list[threading.Thread]) -> None:
         __tracebackhide__ = True
@@ -293,12 +290,7 @@ class ThreadRun:
             return
         if stuck:
             self._fail_timeout(stuck)
-        failures = [
-            (name, self.errors[name])
-            for name in self.names
-            if name in self.errors and not is_skip_or_xfail(self.errors[name])
-        ]
-        if failures:
+        if failures := self._failures():
             raise_failures(failures, self.result.errors, len(self.names))
         for outcome in (pytest.xfail.Exception, pytest.skip.Exception):
             for exc in self.errors.values():
@@ -331,10 +323,6 @@ def _import_trees_where_installed() -> None:
 
 def _settings_here(reader: SettingsReader, keys: list[str]) -> dict[str, SettingEntry]:
     return reader.read(keys)
-
-
-def _restore_config(before: config_state.Snapshot) -> None:
-    config_diff.restore(before, include_env=False)
 
 
 def fail_as_ours(what: str, error: BaseException) -> NoReturn:

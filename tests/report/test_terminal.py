@@ -12,7 +12,7 @@ import pytest
 
 from pytest_cudagraph_guard._torch import cudagraph_settings
 from pytest_cudagraph_guard.core.records import (
-    activity_record,
+    Activity,
     error_entry,
     new_test_record,
     setting_entry,
@@ -145,7 +145,7 @@ def test_a_hundred_tests_with_thirty_failures_fit_one_screen(ourtester: pytest.P
 
 def record(**fields: Any) -> dict[str, Any]:
     """A record as the report plugin builds it, with what a test sets."""
-    activity = activity_record(
+    activity = Activity(
         compiled=[],
         cudagraphed_graphs=0,
         recorded=fields.pop("recorded", 0),
