@@ -319,10 +319,8 @@ def start_session(config: pytest.Config) -> None:
     """A session's first hook: the torch boundary's state is this session's, and left at its end
     for the sessions that follow in this process (or that this one ran inside). Its first
     cleanup: it runs after every feature's."""
-    from .._torch import sessions
-
-    sessions.begin_session()
-    config.add_cleanup(sessions.end_session)
+    faults.begin_fault_session()
+    config.add_cleanup(faults.end_session)
 
 
 def _unhonoured(
