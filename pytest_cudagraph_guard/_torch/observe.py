@@ -164,9 +164,7 @@ def _note_made(graph: Any) -> GraphOrigin | None:
 
 
 def _observed_graph_call(call: Any) -> Any:
-    """Every call of a compiled graph: the first of a test, of a graph that an earlier test
-    made (dynamo's cache serves it, so nothing compiles), is ``RanEarlierGraph``. A graph made
-    before observing began is an earlier test's too."""
+    """A graph made before observing began is an earlier test's too."""
     state = _STATE
     loss = PATCHES["observe.graph_call"].loss
 

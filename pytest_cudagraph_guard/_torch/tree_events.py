@@ -103,7 +103,6 @@ def patch_tree_events(module: ModuleType, manager: type, patches: Patches) -> No
 
 
 def _observed_node_run(run: Any) -> Any:
-    """A recorded node's replay: the node, for the replay's event to name its function."""
     here = _HERE
 
     @functools.wraps(run)
@@ -121,8 +120,6 @@ def _observed_node_run(run: Any) -> Any:
 
 
 def _observed_check_invariants(check: Any) -> Any:
-    """torch's check whether a recorded graph may replay for these inputs: a failure's status
-    (``static input data pointer changed``, ...) is the reason of the recording that follows."""
     trees = sys.modules.get(CUDAGRAPH_TREES)
     success = getattr(getattr(trees, "CheckInvariantStatus", None), "SUCCESS", None)
     loss = PATCHES["tree_events.check_invariants"].loss
@@ -144,9 +141,6 @@ def _observed_check_invariants(check: Any) -> Any:
 
 
 def _observed_record_function(record: Any) -> Any:
-    """Every recording through a tree manager: its start, the function it records (for
-    ``Recorded``), and a re-recording where that function already has a graph at the same place
-    of the tree."""
     loss = PATCHES["tree_events.record_function"].loss
     here = _HERE
 
