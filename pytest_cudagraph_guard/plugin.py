@@ -2,7 +2,7 @@
 fixtures, and the features, each loaded when the session shows that it needs it.
 
 Loading this module declares and imports nothing more (never torch). Its own hooks declare, and
-start the fault guard's session (``_torch.sessions``); the rest are ``Features``', registered
+start the fault guard's session (``_torch.faults``); the rest are ``Features``', registered
 as the plugin is: ``pytest_configure`` builds the session's ``PluginSession``, which every feature
 reads, and registers the features that the options ask for; the marker features load once a
 collected module or test names their marker. Hooks are in lifecycle order. PYTEST_DONT_REWRITE:
@@ -51,10 +51,10 @@ def pytest_cmdline_main(config: pytest.Config) -> object:
     """The fault guard's session starts before any part's code runs: the torch boundary's state
     is this session's, and left at its end for the sessions that follow in this process (or that
     this one ran inside). Its first cleanup: it runs after every feature's."""
-    from ._torch import sessions
+    from ._torch import faults
 
-    sessions.begin_session()
-    config.add_cleanup(sessions.end_session)
+    faults.begin_fault_session()
+    config.add_cleanup(faults.end_session)
     return (yield)
 
 

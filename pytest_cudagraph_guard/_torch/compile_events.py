@@ -49,24 +49,14 @@ def options_of(config_patches: object) -> dict[str, CompileOption]:
     return {str(k): v for k, v in config_patches.items() if isinstance(v, (bool, int, float, str))}
 
 
-def _observed_compile_fx(compile_fx: Any) -> Any:
-    loss = PATCHES["compile_events.compile_fx"].loss
-
-    def observe(kwargs: dict[str, object]) -> None:
-        options = options_of(kwargs.get("config_patches"))
-        if options:
-            _COMPILING.options = frozenset(options)
-        if options or not kwargs.get("inner_compile"):
-            function = getattr(_COMPILING, "function", None)
-            settings = settings_moment()
-            emit(Compiled(thread_label(), INDUCTOR_BACKEND, options, settings, function))
-
-    @functools.wraps(compile_fx)
-    def compile_fx_observed(*args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe, kwargs)
-        return compile_fx(*args, **kwargs)
-
-    return compile_fx_observed
+def _on_compile_fx(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    options = options_of(kwargs.get("config_patches"))
+    if options:
+        _COMPILING.options = frozenset(options)
+    if options or not kwargs.get("inner_compile"):
+        function = getattr(_COMPILING, "function", None)
+        settings = settings_moment()
+        emit(Compiled(thread_label(), INDUCTOR_BACKEND, options, settings, function))
 
 
 def backend_name(compiler_fn: object) -> str:
@@ -106,24 +96,14 @@ def _observed_user_compiler(call_user_compiler: Any) -> Any:
     return call_user_compiler_observed
 
 
-def _observed_cudagraphify(cudagraphify: Any) -> Any:
-    loss = PATCHES["compile_events.cudagraphify"].loss
-
-    def observe() -> None:
-        trees = cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])
-        emit(Cudagraphified(thread_label(), trees))
-
-    @functools.wraps(cudagraphify)
-    def cudagraphify_observed(*args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe)
-        return cudagraphify(*args, **kwargs)
-
-    return cudagraphify_observed
+def _on_cudagraphify(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    trees = cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])
+    emit(Cudagraphified(thread_label(), trees))
 
 
 def patch_compile_fx(module: ModuleType, patches: Patches) -> None:
-    patches.apply(PATCHES["compile_events.compile_fx"], module, _observed_compile_fx)
-    patches.apply(PATCHES["compile_events.cudagraphify"], module, _observed_cudagraphify)
+    patches.observe(PATCHES["compile_events.compile_fx"], module, _on_compile_fx)
+    patches.observe(PATCHES["compile_events.cudagraphify"], module, _on_cudagraphify)
 
 
 def patch_output_graph(module: ModuleType, patches: Patches) -> None:

@@ -154,29 +154,22 @@ class ConfigAccess:
             return HIDDEN
         if self.layout == "plain":
             return raw.default if raw.override is UNSET else raw.override
-        entry = self._config[key]
-        forced = getattr(entry, "env_value_force", self._torch_unset)
-        if forced is not self._torch_unset:
-            return forced
-        if raw.override is not UNSET:
-            return raw.override
-        env_default = getattr(entry, "env_value_default", self._torch_unset)
-        if env_default is not self._torch_unset:
-            return env_default
-        return raw.default
+        return self._decided(key, raw)[1]
 
     def provenance(self, key: str) -> str | None:
         """``env-force``/``env-default`` when an environment variable decides the value."""
-        if self.layout == "plain":
-            return None
-        entry = self._config[key]
-        if getattr(entry, "env_value_force", self._torch_unset) is not self._torch_unset:
-            return "env-force"
-        if self._read_override(entry) is not UNSET:
-            return "override"
-        if getattr(entry, "env_value_default", self._torch_unset) is not self._torch_unset:
-            return "env-default"
-        return None
+        return None if self.layout == "plain" else self._decided(key, self.raw(key))[0]
+
+    def _decided(self, key: str, raw: RawEntry) -> tuple[str | None, Any]:
+        """What decides the value a read of ``key`` gives (None: its default), and that value."""
+        entry, unset = self._config[key], self._torch_unset
+        if (forced := getattr(entry, "env_value_force", unset)) is not unset:
+            return "env-force", forced
+        if raw.override is not UNSET:
+            return "override", raw.override
+        if (env_default := getattr(entry, "env_value_default", unset)) is not unset:
+            return "env-default", env_default
+        return None, raw.default
 
     def mark_dirty(self) -> None:
         """Invalidates torch's hash and ``_get_dict`` caches after a raw write."""
@@ -246,30 +239,19 @@ def _torch_unset_sentinel(module: ModuleType, layout: str) -> object:
     return getattr(owner, "_UNSET_SENTINEL", UNSET)
 
 
-class _AccessCache:
-    """One ``ConfigAccess`` per config module object."""
-
-    def __init__(self) -> None:
-        self.by_id: dict[int, ConfigAccess] = {}
-
-    def of(self, module: ModuleType) -> ConfigAccess:
-        cached = self.by_id.get(id(module))
-        if cached is None or cached.module is not module:
-            cached = ConfigAccess(module)
-            self.by_id[id(module)] = cached
-        return cached
-
-
-_ACCESSES: Final = _AccessCache()
+_ACCESSES: Final[dict[int, ConfigAccess]] = {}  # one per config module object, by id
 
 
 def end_session() -> None:
     """A session ended: the next one reads each config module afresh."""
-    _ACCESSES.by_id.clear()
+    _ACCESSES.clear()
 
 
 def access(module: ModuleType) -> ConfigAccess:
-    return _ACCESSES.of(module)
+    cached = _ACCESSES.get(id(module))
+    if cached is None or cached.module is not module:
+        cached = _ACCESSES[id(module)] = ConfigAccess(module)
+    return cached
 
 
 def loaded_config(name: str) -> ConfigAccess | None:

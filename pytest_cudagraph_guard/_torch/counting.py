@@ -113,16 +113,7 @@ def _start_counting(module: ModuleType) -> None:
             state.changes += 1
         original.__delattr__(self, name)
 
-    counting = type(
-        original.__name__,
-        (original,),
-        {
-            "__setattr__": __setattr__,
-            "__delattr__": __delattr__,
-            "__module__": original.__module__,
-            "__qualname__": original.__qualname__,
-        },
-    )
+    counting = _named_as(original, __setattr__=__setattr__, __delattr__=__delattr__)
     swap_class(PATCHES["counting.config_module_class"], module, counting, owner=module)
     _STATE.modules[key] = (module, original, 1)
     _count_entry_writes(module)
@@ -167,15 +158,13 @@ def _entry_class_counting(cls: type) -> type:
         state.changes += 1
         parent_setattr(self, name, value)
 
-    return type(
-        cls.__name__,
-        (cls,),
-        {
-            "__setattr__": __setattr__,
-            "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__,
-        },
-    )
+    return _named_as(cls, __setattr__=__setattr__)
+
+
+def _named_as(cls: type, **methods: Any) -> type:
+    """A subclass of ``cls`` with ``methods``, named as ``cls`` is wherever it is shown."""
+    namespace = {**methods, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    return type(cls.__name__, (cls,), namespace)
 
 
 def _stop_entry_writes(module: ModuleType) -> None:

@@ -61,14 +61,6 @@ def adopt_thread_overrides(contexts: Iterable[Context]) -> None:
         run_ours(_ADOPTING, config.adopt_overrides, finished)
 
 
-def cudagraph_switches_here() -> ConfigValues:
-    """``triton.cudagraphs`` and ``triton.cudagraph_trees`` as the calling context sees them."""
-    config = loaded_config(INDUCTOR_CONFIG)
-    if config is None:
-        return {}
-    return {key: config.effective(key) for key in CUDAGRAPH_SWITCHES if config.has_key(key)}
-
-
 def cudagraph_settings_here() -> ConfigValues:
     """Every cudagraph key of inductor's config (nested ones too) as the calling context sees
     it: what a compile made now compiles with."""
@@ -76,6 +68,12 @@ def cudagraph_settings_here() -> ConfigValues:
     if config is None:
         return {}
     return {key: config.effective(key) for key in config.cudagraph_keys()}
+
+
+def cudagraph_switches_here() -> ConfigValues:
+    """``triton.cudagraphs`` and ``triton.cudagraph_trees`` as the calling context sees them."""
+    settings = cudagraph_settings_here()
+    return {key: settings[key] for key in CUDAGRAPH_SWITCHES if key in settings}
 
 
 @functools.cache

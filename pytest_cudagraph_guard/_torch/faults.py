@@ -1,9 +1,20 @@
 """What happens when torch is not as the plugin expects, or when code of ours fails inside a torch
 call: the part concerned stops, the user's call goes on as it would without the plugin, and one
-notice per session and loss says so. The package turns the notices into warnings."""
+notice per session and loss says so. The package turns the notices into warnings
+(``core.warnings``); the parts of the boundary call ``run_ours`` and ``note_missing``.
+
+It also holds a pytest session's share of the boundary's module state (``core.fault_guard``
+begins and ends it). What one session noted, cached or left waiting is dropped at its end, and
+the notices at its start too, so that a second session in one process (pytester in-process, IDE
+runners) records what a fresh process would. What torch is patched with is reference-counted by
+its users (the report's observers, the leak guard's counting, ``tls="init"`` runs) and undone by
+them, and the patches' log shows only what is in effect: nothing here undoes what a session
+still running (an outer one) uses.
+"""
 
 from __future__ import annotations
 
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -36,11 +47,24 @@ _STATE: Final = _FaultState()
 
 def begin_fault_session() -> None:
     """Forgets the notices said and the parts stopped: each session says each once. Called at
-    a session's start and end (``sessions``)."""
+    a session's start and end."""
     with _STATE.lock:
         _STATE.said.clear()
         _STATE.pending.clear()
         _STATE.stopped.clear()
+
+
+# The parts with state of their own, in the order they are ended: a part never imported in
+# this process has none.
+_WITH_STATE: Final = ("observe", "counting", "config_access", "import_hooks")
+
+
+def end_session() -> None:
+    for name in _WITH_STATE:
+        part = sys.modules.get(f"{__package__}.{name}")
+        if part is not None:
+            part.end_session()
+    begin_fault_session()
 
 
 def is_stopped(loss: Loss) -> bool:

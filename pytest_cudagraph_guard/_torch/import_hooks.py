@@ -16,7 +16,7 @@ from typing import Any, Final
 from .faults import Loss, run_ours
 
 _HOOKING: Final = Loss("cudagraph_guard", "its work on torch modules as they are imported")
-_WAITING: Final[list[_AfterImport]] = []  # this session's one-time finders, not yet used
+_WAITING: Final[list[OnEachImport]] = []  # this session's one-time finders, not yet used
 
 
 def run_after_import(name: str, action: Callable[[], None], loss: Loss | None = None) -> bool:
@@ -25,7 +25,7 @@ def run_after_import(name: str, action: Callable[[], None], loss: Loss | None = 
     raises is noted under ``loss`` and the import goes on."""
     if name in sys.modules:
         return False
-    finder = _AfterImport(name, action, loss or _HOOKING)
+    finder = OnEachImport(name.__eq__, lambda _name, _module: action(), loss or _HOOKING, once=True)
     _WAITING.append(finder)
     sys.meta_path.insert(0, finder)
     return True
@@ -35,45 +35,39 @@ def end_session() -> None:
     """A session ended: what it arranged for modules it never imported is dropped, so that no
     later session runs it."""
     while _WAITING:
-        finder = _WAITING.pop()
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
-
-
-class _AfterImport:
-    """A one-time finder: runs ``action`` right after module ``name`` is executed."""
-
-    def __init__(self, name: str, action: Callable[[], None], loss: Loss) -> None:
-        self.name = name
-        self.action = action
-        self.loss = loss
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        if self in _WAITING:
-            _WAITING.remove(self)
-        act = lambda _: self.action()  # noqa: E731
-        return run_ours(self.loss, _spec_acting, self, fullname, act, self.loss)
+        _WAITING[-1].leave()
 
 
 class OnEachImport:
     """A finder that calls ``action(name, module)`` right after each module that ``wanted``
-    accepts is executed, for as long as it is on ``sys.meta_path``."""
+    accepts is executed, for as long as it is on ``sys.meta_path``; a finder made ``once``
+    leaves it at the first."""
 
     def __init__(
-        self, wanted: Callable[[str], bool], action: Callable[[str, ModuleType], None]
+        self,
+        wanted: Callable[[str], bool],
+        action: Callable[[str, ModuleType], None],
+        loss: Loss = _HOOKING,
+        once: bool = False,
     ) -> None:
         self.wanted = wanted
         self.action = action
+        self.loss = loss
+        self.once = once
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if not run_ours(_HOOKING, self.wanted, name):
             return None
+        if self.once:
+            self.leave()
         act = functools.partial(self.action, name)
-        return run_ours(_HOOKING, _spec_acting, self, name, act, _HOOKING)
+        return run_ours(self.loss, _spec_acting, self, name, act, self.loss)
+
+    def leave(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        if self in _WAITING:
+            _WAITING.remove(self)
 
 
 def _spec_acting(finder: Any, name: str, action: Callable[[ModuleType], None], loss: Loss) -> Any:

@@ -13,6 +13,7 @@ import functools
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
@@ -163,9 +164,7 @@ def _note_made(graph: Any) -> GraphOrigin | None:
 
 
 def _observed_graph_call(call: Any) -> Any:
-    """Every call of a compiled graph: the first of a test, of a graph that an earlier test
-    made (dynamo's cache serves it, so nothing compiles), is ``RanEarlierGraph``. A graph made
-    before observing began is an earlier test's too."""
+    """A graph made before observing began is an earlier test's too."""
     state = _STATE
     loss = PATCHES["observe.graph_call"].loss
 
@@ -216,87 +215,49 @@ def _observed_manager_init(init: Any) -> Any:
     return init_observed
 
 
-def _observed_manager_run(run: Any) -> Any:
-    """Every call of a compiled function through a tree manager (warm-up, recording, replay):
-    from a thread other than the manager's creator, it is the ``CrossThread`` event."""
-    creators, loss = _STATE.manager_threads, PATCHES["observe.manager_run"].loss
-
-    def observe(manager: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
-        if started_outside_python(threading.current_thread()):
-            return  # autograd's engine threads get the caller's trees from torch, on purpose
-        creator = creators.get(manager)
-        if creator is not None and creator[0] != threading.get_ident():
-            function_id = function_id_of(args, kwargs)
-            emit(CrossThread(thread_label(), creator[1], function_name(manager, function_id)))
-
-    @functools.wraps(run)
-    def run_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe, self, args, kwargs)
-        return run(self, *args, **kwargs)
-
-    return run_observed
+def _on_manager_run(args: tuple[Any, ...], kwargs: dict[str, object]) -> None:
+    """From a thread other than the tree manager's creator, a run is the ``CrossThread`` event."""
+    if started_outside_python(threading.current_thread()):
+        return  # autograd's engine threads get the caller's trees from torch, on purpose
+    manager, *rest = args
+    creator = _STATE.manager_threads.get(manager)
+    if creator is not None and creator[0] != threading.get_ident():
+        function_id = function_id_of(tuple(rest), kwargs)
+        emit(CrossThread(thread_label(), creator[1], function_name(manager, function_id)))
 
 
-def _observed_capture_end(capture_end: Any) -> Any:
-    in_init = _STATE.in_manager_init
-    loss = PATCHES["observe.capture_end"].loss
-
-    def observe() -> None:
-        if not getattr(in_init, "active", False):
-            emit(Recorded(thread_label(), settings_moment(), running_function()))
-
-    @functools.wraps(capture_end)
-    def capture_end_observed(*args: Any, **kwargs: Any) -> Any:
-        result = capture_end(*args, **kwargs)
-        run_ours(loss, observe)
-        return result
-
-    return capture_end_observed
+def _on_capture_end(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    if not getattr(_STATE.in_manager_init, "active", False):
+        emit(Recorded(thread_label(), settings_moment(), running_function()))
 
 
-def _observed_replay(replay: Any) -> Any:
-    """Every replay, with the function replayed where a tree manager runs it; the settings only
-    at a test's first moment (a replay is the hot path)."""
-    loss = PATCHES["observe.replay"].loss
-    audience = AUDIENCE
-
-    def observe() -> None:
-        settings = settings_moment() if audience.settings_wanted else None
-        emit(Replayed(thread_label(), settings, running_function()))
-
-    @functools.wraps(replay)
-    def replay_observed(*args: Any, **kwargs: Any) -> Any:
-        result = replay(*args, **kwargs)
-        run_ours(loss, observe)  # after it: the journal says "after replay N"
-        return result
-
-    return replay_observed
+def _on_replay(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    """After the replay (the journal says "after replay N"); the settings only at a test's first
+    moment, since a replay is the hot path."""
+    settings = settings_moment() if AUDIENCE.settings_wanted else None
+    emit(Replayed(thread_label(), settings, running_function()))
 
 
-def _patch_compile_fx(module: ModuleType) -> None:
-    patch_compile_fx(module, _STATE.patches)
-
-
-def _patch_compiled_graph(module: ModuleType) -> None:
+def _patch_compiled_graph(module: ModuleType, patches: Patches) -> None:
     """Only where ``CompiledFxGraph`` has ``post_compile``; a class that inherits it or its
     ``__init__`` has changed shape."""
     graph = getattr(module, "CompiledFxGraph", None)
     if isinstance(graph, type) and hasattr(graph, "post_compile"):
-        made = _STATE.patches.apply(PATCHES["observe.graph_init"], graph, _observed_graph_method)
-        _STATE.patches.apply(PATCHES["observe.graph_post_compile"], graph, _observed_graph_method)
+        made = patches.apply(PATCHES["observe.graph_init"], graph, _observed_graph_method)
+        patches.apply(PATCHES["observe.graph_post_compile"], graph, _observed_graph_method)
         if made:  # which graphs an earlier test made is known only from their making
-            _STATE.patches.apply(PATCHES["observe.graph_call"], graph, _observed_graph_call)
+            patches.apply(PATCHES["observe.graph_call"], graph, _observed_graph_call)
 
 
-def _patch_trees(module: ModuleType) -> None:
+def _patch_trees(module: ModuleType, patches: Patches = _STATE.patches) -> None:
     row = PATCHES["observe.manager_init"]
     manager = owner_class(module, "CUDAGraphTreeManager", row)
     if manager is None:
         return
-    _STATE.patches.apply(row, manager, _observed_manager_init)
+    patches.apply(row, manager, _observed_manager_init)
     if shares_callables_across_threads():
-        _STATE.patches.apply(PATCHES["observe.manager_run"], manager, _observed_manager_run)
-    patch_tree_events(module, manager, _STATE.patches)
+        patches.observe(PATCHES["observe.manager_run"], manager, _on_manager_run)
+    patch_tree_events(module, manager, patches)
 
 
 def shares_callables_across_threads() -> bool:
@@ -305,21 +266,17 @@ def shares_callables_across_threads() -> bool:
     return release_tuple() < PER_THREAD_CALLABLES
 
 
-def _patch_output_graph(module: ModuleType) -> None:
-    patch_output_graph(module, _STATE.patches)
-
-
-def _patch_graphs(module: ModuleType) -> None:
+def _patch_graphs(module: ModuleType, patches: Patches) -> None:
     rows = PATCHES["observe.capture_end"], PATCHES["observe.replay"]
     graph = owner_class(module, "CUDAGraph", *rows)
     if graph is not None:
-        _STATE.patches.apply(rows[0], graph, _observed_capture_end)
-        _STATE.patches.apply(rows[1], graph, _observed_replay)
+        patches.observe(rows[0], graph, _on_capture_end, after=True)
+        patches.observe(rows[1], graph, _on_replay, after=True)
 
 
-_OBSERVED_MODULES: Final = {
-    "torch._inductor.compile_fx": _patch_compile_fx,
-    "torch._dynamo.output_graph": _patch_output_graph,
+_OBSERVED_MODULES: Final[dict[str, Callable[[ModuleType, Patches], None]]] = {
+    "torch._inductor.compile_fx": patch_compile_fx,
+    "torch._dynamo.output_graph": patch_output_graph,
     "torch._inductor.output_code": _patch_compiled_graph,
     "torch._inductor.codecache": _patch_compiled_graph,
     CUDAGRAPH_TREES: _patch_trees,
@@ -334,7 +291,7 @@ def _patch_loaded(name: str, module: ModuleType) -> None:
     """Runs inside the user's import of ``name``: what it raises never reaches the import."""
     if name not in _STATE.observed_names and AUDIENCE.observers:
         _STATE.observed_names.add(name)
-        run_ours(_PATCHING, _OBSERVED_MODULES[name], module)
+        run_ours(_PATCHING, _OBSERVED_MODULES[name], module, _STATE.patches)
 
 
 def _not_yet_observed(name: str) -> bool:

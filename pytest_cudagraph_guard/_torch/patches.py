@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Final
 
-from .faults import note_internal_error, note_missing
+from .faults import note_internal_error, note_missing, run_ours
 from .patch_table import PatchRow
 
 
@@ -42,6 +43,10 @@ def applied_rows() -> dict[str, frozenset[str]]:
     return {row_id: frozenset(owners) for row_id, owners in _APPLIED.owners.items()}
 
 
+# What ``Patches.observe`` calls with a patched call's arguments (``self`` first, for a method).
+Observing = Callable[[tuple[Any, ...], dict[str, Any]], None]
+
+
 class Patches:
     """Attributes of torch replaced for a while, put back unless someone replaced them since.
 
@@ -69,6 +74,30 @@ class Patches:
         self._applied.append((row, owner, original, replacement))
         _APPLIED.note(row, owner)
         return True
+
+    def observe(
+        self, row: PatchRow, owner: object, observer: Observing, after: bool = False
+    ) -> bool:
+        """``apply`` with a replacement that calls ``observer(args, kwargs)`` before the original
+        call (after it returned, where ``after``) and leaves the call as it was: ``observer`` is
+        ours, what it raises is noted under the row's loss."""
+        loss = row.loss
+
+        def wrap(original: Any) -> Any:
+            @functools.wraps(original)
+            def observed(*args: Any, **kwargs: Any) -> Any:
+                run_ours(loss, observer, args, kwargs)
+                return original(*args, **kwargs)
+
+            @functools.wraps(original)
+            def observed_after(*args: Any, **kwargs: Any) -> Any:
+                result = original(*args, **kwargs)
+                run_ours(loss, observer, args, kwargs)
+                return result
+
+            return observed_after if after else observed
+
+        return self.apply(row, owner, wrap)
 
     def undo(self) -> None:
         while self._applied:

@@ -67,22 +67,20 @@ def cuda_visible() -> bool:
     return bool(torch.cuda.device_count() > 0)
 
 
-def cuda_version() -> str | None:
-    torch = sys.modules.get("torch")
-    return None if torch is None else getattr(torch.version, "cuda", None)
-
-
 def versions() -> Versions:
     """torch, triton, CUDA, driver and Python versions, and the GPUs (CUDA is initialised)."""
     import platform
 
     torch = import_torch()
-    triton = _try_import("triton")
+    try:
+        triton: ModuleType | None = import_quietly("triton")
+    except ImportError:
+        triton = None
     found = Versions(
         python=platform.python_version(),
         torch=str(torch.__version__),
-        triton=getattr(triton, "__version__", None) if triton else None,
-        cuda=cuda_version(),
+        triton=getattr(triton, "__version__", None),
+        cuda=getattr(torch.version, "cuda", None),
         driver=None,
         gpus=[],
     )
@@ -92,13 +90,6 @@ def versions() -> Versions:
         ]
         found["driver"] = _driver_version()
     return found
-
-
-def _try_import(name: str) -> ModuleType | None:
-    try:
-        return import_quietly(name)
-    except ImportError:
-        return None
 
 
 def _driver_version() -> str | None:

@@ -87,11 +87,11 @@ def running_function() -> str | None:
 
 def patch_tree_events(module: ModuleType, manager: type, patches: Patches) -> None:
     patches.apply(PATCHES["tree_events.record_function"], manager, _observed_record_function)
-    patches.apply(PATCHES["tree_events.checkpoint"], manager, _observed_checkpoint)
+    patches.observe(PATCHES["tree_events.checkpoint"], manager, _on_checkpoint)
     patches.apply(PATCHES["tree_events.fast_path_warning"], manager, _observed_fast_path_warning)
-    patches.apply(PATCHES["tree_events.cudagraphify"], module, _observed_tree_cudagraphify)
+    patches.observe(PATCHES["tree_events.cudagraphify"], module, _on_tree_cudagraphify)
     if release_tuple() >= RUNTIME_SKIPS_LOGGED:
-        patches.apply(PATCHES["tree_events.runtime_skip"], module, _observed_runtime_skip)
+        patches.observe(PATCHES["tree_events.runtime_skip"], module, _on_runtime_skip)
     rows = PATCHES["tree_events.check_invariants"], PATCHES["tree_events.node_run"]
     node = owner_class(module, "CUDAGraphNode", *rows)
     if node is not None:
@@ -103,7 +103,6 @@ def patch_tree_events(module: ModuleType, manager: type, patches: Patches) -> No
 
 
 def _observed_node_run(run: Any) -> Any:
-    """A recorded node's replay: the node, for the replay's event to name its function."""
     here = _HERE
 
     @functools.wraps(run)
@@ -121,8 +120,6 @@ def _observed_node_run(run: Any) -> Any:
 
 
 def _observed_check_invariants(check: Any) -> Any:
-    """torch's check whether a recorded graph may replay for these inputs: a failure's status
-    (``static input data pointer changed``, ...) is the reason of the recording that follows."""
     trees = sys.modules.get(CUDAGRAPH_TREES)
     success = getattr(getattr(trees, "CheckInvariantStatus", None), "SUCCESS", None)
     loss = PATCHES["tree_events.check_invariants"].loss
@@ -144,9 +141,6 @@ def _observed_check_invariants(check: Any) -> Any:
 
 
 def _observed_record_function(record: Any) -> Any:
-    """Every recording through a tree manager: its start, the function it records (for
-    ``Recorded``), and a re-recording where that function already has a graph at the same place
-    of the tree."""
     loss = PATCHES["tree_events.record_function"].loss
     here = _HERE
 
@@ -182,27 +176,11 @@ def _mismatch_reason(siblings: Iterable[Any]) -> str:
     return UNNAMED_MISMATCH
 
 
-def _observed_tree_cudagraphify(cudagraphify: Any) -> Any:
-    """A tree function made for a model that has one already: torch records a graph for each
-    new input size of a dynamic-shape graph."""
-    loss = PATCHES["tree_events.cudagraphify"].loss
-
-    def observe(args: tuple[object, ...], kwargs: dict[str, Any]) -> None:
-        model = kwargs.get("model", args[0] if args else None)
-        if _times_made(model):
-            name = name_from_traces(kwargs.get("stack_traces"))
-            emit(
-                Rerecorded(
-                    thread_label(), name or str(getattr(model, "__name__", model)), NEW_SIZES
-                )
-            )
-
-    @functools.wraps(cudagraphify)
-    def cudagraphify_observed(*args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe, args, kwargs)
-        return cudagraphify(*args, **kwargs)
-
-    return cudagraphify_observed
+def _on_tree_cudagraphify(args: tuple[object, ...], kwargs: dict[str, Any]) -> None:
+    model = kwargs.get("model", args[0] if args else None)
+    if _times_made(model):
+        name = name_from_traces(kwargs.get("stack_traces"))
+        emit(Rerecorded(thread_label(), name or str(getattr(model, "__name__", model)), NEW_SIZES))
 
 
 def _times_made(model: Any) -> int:
@@ -216,51 +194,28 @@ def _times_made(model: Any) -> int:
     return made
 
 
-def _observed_runtime_skip(log_skip: Any) -> Any:
-    """The skips a tree manager decides while running (mutated inputs, the re-recording limit
-    reached); the limit is a re-recording finding too."""
-    loss = PATCHES["tree_events.runtime_skip"].loss
-
-    def observe(message: Any) -> None:
-        text = str(message).strip()
-        reason = text.splitlines()[0] if text else "unknown"
-        thread = thread_label()
-        _HERE.runtime_skip = reason
-        emit(Skipped(thread, reason))
-        if RERECORD_LIMIT in reason:
-            noted = _HERE.mismatch_node
-            node = noted() if noted is not None else None
-            name = node_function(node) if node is not None else "compiled function"
-            emit(Rerecorded(thread, name, reason))
-
-    @functools.wraps(log_skip)
-    def log_skip_observed(*args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe, args[0] if args else kwargs.get("msg", ""))
-        return log_skip(*args, **kwargs)
-
-    return log_skip_observed
+def _on_runtime_skip(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    """The re-recording limit reached is a re-recording finding too."""
+    text = str(args[0] if args else kwargs.get("msg", "")).strip()
+    reason = text.splitlines()[0] if text else "unknown"
+    thread = thread_label()
+    _HERE.runtime_skip = reason
+    emit(Skipped(thread, reason))
+    if RERECORD_LIMIT in reason:
+        noted = _HERE.mismatch_node
+        node = noted() if noted is not None else None
+        name = node_function(node) if node is not None else "compiled function"
+        emit(Rerecorded(thread, name, reason))
 
 
 # --- the slow path ------------------------------------------------------------------------------
 
 
-def _observed_checkpoint(checkpoint: Any) -> Any:
-    """torch checkpoints the CUDA graph pool's allocator state (its slow path) to record or warm
-    up while graphs it ran still have live outputs."""
-    loss = PATCHES["tree_events.checkpoint"].loss
-
-    def observe(manager: Any) -> None:
-        node = getattr(manager, "current_node", None)
-        pending = bool(getattr(manager, "running_forwards_with_pending_backwards", False))
-        reason = PENDING_CHECKPOINT if pending else LIVE_OUTPUTS
-        emit(SlowPath(thread_label(), node_function(node), reason))
-
-    @functools.wraps(checkpoint)
-    def checkpoint_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        run_ours(loss, observe, self)
-        return checkpoint(self, *args, **kwargs)
-
-    return checkpoint_observed
+def _on_checkpoint(args: tuple[Any, ...], kwargs: dict[str, object]) -> None:
+    node = getattr(args[0], "current_node", None)
+    pending = bool(getattr(args[0], "running_forwards_with_pending_backwards", False))
+    reason = PENDING_CHECKPOINT if pending else LIVE_OUTPUTS
+    emit(SlowPath(thread_label(), node_function(node), reason))
 
 
 def _observed_fast_path_warning(check_warn: Any) -> Any:

@@ -31,18 +31,13 @@ def has_cudagraph_tls() -> bool:
     return torch is not None and bool(torch._C._is_key_in_tls(TLS_KEYS[0]))
 
 
-def reset_cudagraph_trees_here() -> None:
-    """Resets the calling thread's cudagraph trees, where this thread has any."""
+def reset_compiled_state() -> None:
+    """``torch._dynamo.reset()`` and the calling thread's cudagraph trees, where it has any."""
+    import_torch()
+    import_quietly("torch._dynamo").reset()
     trees = sys.modules.get(CUDAGRAPH_TREES)
     if trees is not None and has_cudagraph_tls():
         trees.reset_cudagraph_trees()
-
-
-def reset_compiled_state() -> None:
-    """``torch._dynamo.reset()`` and the calling thread's cudagraph trees."""
-    import_torch()
-    import_quietly("torch._dynamo").reset()
-    reset_cudagraph_trees_here()
 
 
 def import_cudagraph_trees() -> ModuleType:
