@@ -176,6 +176,7 @@ class TestRunner:
         this process knows of the test for its record (the settings the marker set, the
         environment it gave the process)."""
         stderr = ended.stream(STDERR_NAME)
+        by_pytest_timeout = _ended_by_pytest_timeout(item, ended.status, stderr)
         end = ProcessEnd(
             ended.status,
             stderr=stderr,
@@ -186,7 +187,7 @@ class TestRunner:
             stacks_at_stop=ended.stacks,
             lost="test process was lost (its zygote died)",
             journal=read_journal(ended.folder / JOURNAL_NAME, item.nodeid),
-            ended_by_pytest_timeout=_ended_by_pytest_timeout(item, ended.status, stderr),
+            ended_by_pytest_timeout=by_pytest_timeout,
         )
         switched = cudagraph_switches(request["trees"]) if request["switches"] else {}
         log_process_death(
