@@ -91,7 +91,7 @@ class IsolationPlugin:
         """Before the session's own end: its test processes end theirs (an interrupted session
         ends them at once)."""
         if self._runner is not None:
-            self._runner.close_zygotes(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
+            self._runner.pool.close_zygotes(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
 
     def prestart(self) -> None:
         """Starts the session's first test process ahead, so that its imports overlap those of
@@ -103,5 +103,5 @@ class IsolationPlugin:
             from .runner import TestRunner
 
             self._runner = TestRunner(self.session)
-            self.session.config.add_cleanup(self._runner.close)
+            self.session.config.add_cleanup(self._runner.pool.close)
         return self._runner

@@ -202,12 +202,6 @@ class TestRunner:
             say=self.notices.append,
         )
 
-    def close_zygotes(self, *, wait: bool) -> None:
-        self.pool.close_zygotes(wait=wait)
-
-    def close(self) -> None:
-        self.pool.close()
-
 
 def process_environment(env: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """The environment of a test process: this process's, less the variable that pytest sets
