@@ -144,8 +144,8 @@ class Features:
         if shared is None:
             return
         marks = [(item, plugin_marks(item)) for item in session.items]
-        in_threads = [item for item, (thread, _) in marks if thread is not None]
-        in_processes = [item for item, (_, process) in marks if process is not None]
+        in_threads = [item for item, found in marks if found.thread is not None]
+        in_processes = [item for item, found in marks if found.process is not None]
         if in_threads:
             from .threads.plugin import start_threads
 
@@ -155,35 +155,32 @@ class Features:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        """A marked test: its marker's arguments checked; skipped without torch (where the
-        marker is the test's own: a suite option runs a torch-free test all the same) or without
-        a CUDA device that the marker requires."""
+        """A marked test: its markers checked; skipped without torch (where the marker is the
+        test's own: a suite option runs a torch-free test all the same) or without a CUDA device
+        that the marker requires."""
         from ._torch import runtime
-        from .core.markers import applied_by_option, main_thread_marks, plugin_marks
+        from .core.markers import checked_marks, plugin_marks
+        from .core.options import plugin_options
         from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
 
-        thread_mark, process_mark = plugin_marks(item)
-        if main_thread_marks(item):
-            from .core.marker_arguments import main_thread_misuse
-
-            if (misuse := main_thread_misuse(item)) is not None:
-                pytest.fail(misuse, pytrace=False)
-        if thread_mark is None and process_mark is None:
+        if plugin_marks(item) == _NO_MARKS:
             return
-        try:
-            runtime.import_torch()
-            torch_installed = True
-        except runtime.TorchNotInstalled:
-            torch_installed = False
-        failure, require_cuda = _check_markers(item, thread_mark, process_mark, torch_installed)
-        if failure is not None:  # outside the handler: one message, with no chained exception
-            pytest.fail(failure, pytrace=False)
-        if not torch_installed:
-            if applied_by_option(item) is None:
+        options = plugin_options(item.config)
+        checked = checked_marks(item, options.timeout, options.on, torch_installed=_torch_installed)
+        if checked.error is not None:
+            pytest.fail(checked.error, pytrace=False)
+        if checked.thread is None and checked.process is None:
+            return
+        if not _torch_installed():
+            if checked.applied_by is None:
                 skip_test(NO_TORCH)
             return
-        if require_cuda and not runtime.cuda_visible():
+        asked = (checked.thread, checked.process)
+        if any(o is not None and o.require_cuda for o in asked) and not runtime.cuda_visible():
             skip_test(NO_CUDA)
+
+
+_NO_MARKS = (None, None, ())
 
 
 def _start_leak_guard(session: PluginSession) -> None:
@@ -240,30 +237,11 @@ def _names_marker(module: pytest.Module) -> bool:
         return False
 
 
-def _check_markers(
-    item: pytest.Item,
-    thread_mark: pytest.Mark | None,
-    process_mark: pytest.Mark | None,
-    torch_installed: bool,
-) -> tuple[str | None, bool]:
-    """The error of a marker's bad argument (None: none), and whether a marker requires CUDA."""
-    from .core.marker_arguments import describe_error, item_subprocess_options, item_thread_options
-    from .core.markers import SUBPROCESS_MARKER, THREAD_MARKER, MarkerError
-    from .core.options import plugin_options
+def _torch_installed() -> bool:
+    from ._torch import runtime
 
-    options = plugin_options(item.config)
-    require_cuda = False
-    marker = THREAD_MARKER
     try:
-        if thread_mark is not None:
-            thread = item_thread_options(
-                item, thread_mark, options.timeout, torch_installed=torch_installed
-            )
-            require_cuda = thread.require_cuda
-        if process_mark is not None:
-            marker = SUBPROCESS_MARKER
-            process = item_subprocess_options(item, process_mark, options.timeout, options.on)
-            require_cuda = require_cuda or process.require_cuda
-    except MarkerError as error:
-        return describe_error(item.nodeid, marker, error), False
-    return None, require_cuda
+        runtime.import_torch()
+    except runtime.TorchNotInstalled:
+        return False
+    return True

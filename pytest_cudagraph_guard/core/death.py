@@ -1,6 +1,6 @@
 """A test's process that died without a result, made the test's report, as xdist's
 ``handle_crashitem`` does: a ``cudagraph_subprocess`` test process (:func:`log_process_death`,
-called by ``isolation.controller``) or a pytest-xdist worker (:func:`worker_died`, called by
+called by ``isolation.runner``) or a pytest-xdist worker (:func:`worker_died`, called by
 ``report.crash_journal`` on xdist's controller), all in the same words: its signal or exit code
 (or its timeout), the last CUDA-graph action its journal saw (:mod:`.journal`), the crashing
 thread's stack once (the user's frames only, :mod:`.stacks`), ``xfail`` as pytest-forked has it,

@@ -1,6 +1,6 @@
 """The one rule for an environment variable's name that the plugin sets in a test process
 (ini ``cudagraph_process_env``, a marker's ``env``): letters, digits and ``_``, not starting
-with a digit. Read by :mod:`.options` and :mod:`.marker_arguments`."""
+with a digit. Read by :mod:`.options` and :mod:`.markers`."""
 
 from __future__ import annotations
 

@@ -1,12 +1,17 @@
-"""The plugin's markers: their names and documentation, and which of them a test carries.
-Read by ``plugin.py``, the features and the report; their arguments are checked by
-:mod:`.marker_arguments`, loaded once a test carries one."""
+"""The plugin's markers: their names and documentation, which of them a test carries
+(:func:`plugin_marks`, read by ``plugin.py``, the features and the report), and what they ask
+for, every check made, once per test (:func:`checked_marks`, read where a marked test is set up
+or run: ``plugin.py``, ``threads.run``, ``isolation``)."""
 
 from __future__ import annotations
 
-from typing import Final
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Final, NamedTuple
 
 import pytest
+
+from .env_names import ENV_NAME_RULE, is_env_name
 
 THREAD_MARKER: Final = "cudagraph_thread"
 SUBPROCESS_MARKER: Final = "cudagraph_subprocess"
@@ -46,6 +51,76 @@ class MarkerError(Exception):
     """A marker argument that is not valid; the message names the marker and the argument."""
 
 
+class ThreadOptions(NamedTuple):
+    threads: int = 1
+    timeout: float = 60.0
+    trees: bool = True
+    tls: str = "native"
+    require_cuda: bool = False
+    # Not an argument: whether the threads turn CUDA graphs on (a marker of the test's own does,
+    # one that --cudagraph-threads applied does not: the threads see the main thread's config).
+    switches: bool = True
+
+
+class SubprocessOptions(NamedTuple):
+    timeout: float = 300.0
+    trees: bool = True
+    env: tuple[tuple[str, str], ...] = ()
+    require_cuda: bool = False
+    # Not an argument: whether the test process turns CUDA graphs on (a marker of the test's own
+    # does, one that --cudagraph-subprocess applied does only under --cudagraph-on).
+    switches: bool = True
+
+
+THREAD_ARGUMENTS: Final = ThreadOptions._fields[:-1]
+SUBPROCESS_ARGUMENTS: Final = SubprocessOptions._fields[:-1]
+
+
+class PluginMarks(NamedTuple):
+    """The plugin's markers on one test: the closest of each marker that moves it (pytest's
+    rule, as ``get_closest_marker``), and every ``cudagraph_main_thread``, the closest first."""
+
+    thread: pytest.Mark | None
+    process: pytest.Mark | None
+    main_thread: tuple[pytest.Mark, ...]
+
+
+class CheckedMarks(NamedTuple):
+    """What a test's markers ask for, checked: the options of each marker (None: no such marker,
+    or a bad one), and the first error (``cudagraph_main_thread``'s misuse, which leaves no
+    options, then the thread marker's, then the subprocess marker's), naming the test, the
+    marker and the argument."""
+
+    thread: ThreadOptions | None
+    process: SubprocessOptions | None
+    error: str | None
+    applied_by: str | None  # the suite option that applied the marker; None: the test's own
+
+
+_marks_key = pytest.StashKey[PluginMarks]()
+_checked_key = pytest.StashKey[CheckedMarks]()
+
+
+def plugin_marks(item: pytest.Item) -> PluginMarks:
+    """The item's markers of the plugin, looked up once per test (after collection hooks may
+    have added them), in one walk over its nodes, the closest first."""
+    marks = item.stash.get(_marks_key, None)
+    if marks is None:
+        closest: dict[str, pytest.Mark] = {}
+        main_thread: list[pytest.Mark] = []
+        for node in reversed(item.listchain()):
+            for mark in node.own_markers:
+                if mark.name in (THREAD_MARKER, SUBPROCESS_MARKER):
+                    closest.setdefault(mark.name, mark)
+                elif mark.name == MAIN_THREAD_MARKER:
+                    main_thread.append(mark)
+        marks = PluginMarks(
+            closest.get(THREAD_MARKER), closest.get(SUBPROCESS_MARKER), tuple(main_thread)
+        )
+        item.stash[_marks_key] = marks
+    return marks
+
+
 def applied_by_option(item: pytest.Item) -> str | None:
     """The suite option that applied a marker of the plugin to ``item``; None: its own."""
     from .stash_keys import applied_by_key
@@ -55,12 +130,12 @@ def applied_by_option(item: pytest.Item) -> str | None:
 
 def thread_marker_asked(item: pytest.Item) -> str | None:
     """How the test asked to run in the thread marker's threads, if it did."""
-    return _asked(item, plugin_marks(item)[0], THREAD_MARKER)
+    return _asked(item, plugin_marks(item).thread, THREAD_MARKER)
 
 
 def subprocess_marker_asked(item: pytest.Item) -> str | None:
     """How the test asked to run in a process of its own, if it did."""
-    return _asked(item, plugin_marks(item)[1], SUBPROCESS_MARKER)
+    return _asked(item, plugin_marks(item).process, SUBPROCESS_MARKER)
 
 
 def marker_asked(item: pytest.Item) -> str | None:
@@ -73,40 +148,174 @@ def _asked(item: pytest.Item, mark: pytest.Mark | None, marker: str) -> str | No
     return applied_by_option(item) or f"@pytest.mark.{marker}"
 
 
-_marks_key = pytest.StashKey[tuple[pytest.Mark | None, pytest.Mark | None]]()
-_main_thread_key = pytest.StashKey[tuple[pytest.Mark, ...]]()
+def checked_marks(
+    item: pytest.Item,
+    default_timeout: float | None,
+    cudagraphs_on: bool = False,
+    *,
+    torch_installed: Callable[[], bool] = lambda: True,
+) -> CheckedMarks:
+    """The test's markers checked and read into options, once per test: its set-up (or the
+    process feature's protocol) checks them, its run reads them. ``default_timeout``:
+    ``--cudagraph-timeout``, where a marker gives none; ``cudagraphs_on``: ``--cudagraph-on``.
+    Markers that a suite option applied switch CUDA graphs on only under ``--cudagraph-on``
+    (threads never: they see the main thread's config), and without torch
+    (``torch_installed``, asked only then) their threads have nothing to ready."""
+    checked = item.stash.get(_checked_key, None)
+    if checked is not None:
+        return checked
+    marks = plugin_marks(item)
+    applied = applied_by_option(item)
+    errors: list[str] = []
+    thread = process = None
+    misuse = _main_thread_misuse(marks)
+    if misuse is not None:
+        errors.append(describe_error(item.nodeid, MAIN_THREAD_MARKER, misuse))
+    else:
+        try:
+            if marks.thread is not None:
+                thread = thread_options(marks.thread, default_timeout, switches=applied is None)
+                if applied is not None and not torch_installed():
+                    thread = thread._replace(tls="native")
+        except MarkerError as error:
+            errors.append(describe_error(item.nodeid, THREAD_MARKER, error))
+        try:
+            if marks.process is not None:
+                switches = cudagraphs_on or applied is None
+                process = subprocess_options(marks.process, default_timeout, switches=switches)
+        except MarkerError as error:
+            errors.append(describe_error(item.nodeid, SUBPROCESS_MARKER, error))
+    checked = CheckedMarks(thread, process, errors[0] if errors else None, applied)
+    item.stash[_checked_key] = checked
+    return checked
 
 
-def plugin_marks(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | None]:
-    """The item's thread and subprocess markers, looked up once per test (after collection
-    hooks may have added them)."""
-    marks = item.stash.get(_marks_key, None)
-    if marks is None:
-        marks = _look_up(item)
-    return marks
+def describe_error(nodeid: str, marker: str, error: MarkerError) -> str:
+    return f"{nodeid}: @pytest.mark.{marker}: {error}"
 
 
-def main_thread_marks(item: pytest.Item) -> tuple[pytest.Mark, ...]:
-    """Every ``cudagraph_main_thread`` marker of the item, the closest first."""
-    marks = item.stash.get(_main_thread_key, None)
-    if marks is None:
-        _look_up(item)
-        marks = item.stash[_main_thread_key]
-    return marks
+def thread_options(
+    mark: pytest.Mark, default_timeout: float | None = None, *, switches: bool = True
+) -> ThreadOptions:
+    """The validated arguments of a ``cudagraph_thread`` marker."""
+    values = _bind(mark, THREAD_ARGUMENTS, ("threads",), default_timeout)
+    options = ThreadOptions(**values, switches=switches)
+    _check_positive_int(options.threads, "threads")
+    _check_positive_number(options.timeout, "timeout")
+    _check_bool(options.trees, "trees")
+    _check_bool(options.require_cuda, "require_cuda")
+    if options.tls not in TLS_MODES:
+        raise MarkerError(f"argument 'tls' must be 'native' or 'init', got {options.tls!r}")
+    return options
 
 
-def _look_up(item: pytest.Item) -> tuple[pytest.Mark | None, pytest.Mark | None]:
-    """One walk over the item's markers, the closest first (pytest's rule, as
-    ``get_closest_marker``: of several markers of one name, the closest wins)."""
-    closest: dict[str, pytest.Mark] = {}
-    main_thread: list[pytest.Mark] = []
-    for node in reversed(item.listchain()):
-        for mark in node.own_markers:
-            if mark.name in (THREAD_MARKER, SUBPROCESS_MARKER):
-                closest.setdefault(mark.name, mark)
-            elif mark.name == MAIN_THREAD_MARKER:
-                main_thread.append(mark)
-    marks = (closest.get(THREAD_MARKER), closest.get(SUBPROCESS_MARKER))
-    item.stash[_marks_key] = marks
-    item.stash[_main_thread_key] = tuple(main_thread)
-    return marks
+def subprocess_options(
+    mark: pytest.Mark, default_timeout: float | None = None, *, switches: bool = True
+) -> SubprocessOptions:
+    """The validated arguments of a ``cudagraph_subprocess`` marker."""
+    values = _bind(mark, SUBPROCESS_ARGUMENTS, (), default_timeout)
+    env = values.pop("env", None)
+    options = SubprocessOptions(**values, env=_check_env(env), switches=switches)
+    _check_positive_number(options.timeout, "timeout")
+    _check_bool(options.trees, "trees")
+    _check_bool(options.require_cuda, "require_cuda")
+    return options
+
+
+def _main_thread_misuse(marks: PluginMarks) -> MarkerError | None:
+    """A ``cudagraph_main_thread`` marker used wrongly: it takes no arguments, and it cannot
+    share a test with the markers that move the test out of the main thread."""
+    if not marks.main_thread:
+        return None
+    for mark in marks.main_thread:
+        if mark.args or mark.kwargs:
+            given = [repr(a) for a in mark.args] + [f"{k}={v!r}" for k, v in mark.kwargs.items()]
+            return MarkerError(f"takes no arguments, got {', '.join(given)}")
+    others = [
+        f"@pytest.mark.{name}"
+        for name, mark in ((THREAD_MARKER, marks.thread), (SUBPROCESS_MARKER, marks.process))
+        if mark is not None
+    ]
+    if not others:
+        return None
+    return MarkerError(
+        f"cannot be combined with {' and '.join(others)} on one test: the test runs either in "
+        "the main thread or out of it; remove one of them"
+    )
+
+
+def _bind(
+    mark: pytest.Mark,
+    names: tuple[str, ...],
+    positional: tuple[str, ...],
+    default_timeout: float | None,
+) -> dict[str, Any]:
+    if len(mark.args) > len(positional):
+        extra = mark.args[len(positional)]
+        takes = (
+            f"takes only {', '.join(positional)} as a positional argument"
+            if positional
+            else "takes keyword arguments only"
+        )
+        raise MarkerError(f"{takes}, got {extra!r}: {_keyword_hint(extra, names)}")
+    values = dict(zip(positional[: len(mark.args)], mark.args, strict=True))
+    for key, value in mark.kwargs.items():
+        if key not in names:
+            raise MarkerError(f"unknown argument {key!r} (known: {', '.join(names)})")
+        if key in values:
+            raise MarkerError(f"argument {key!r} given twice")
+        values[key] = value
+    if default_timeout is not None:
+        values.setdefault("timeout", default_timeout)
+    return values
+
+
+def _keyword_hint(value: object, names: tuple[str, ...]) -> str:
+    """Which keyword a stray positional value most likely meant."""
+    if isinstance(value, bool):
+        guess = "trees"
+    elif isinstance(value, (int, float)):
+        guess = "timeout"
+    elif isinstance(value, str) and value in TLS_MODES:
+        guess = "tls"
+    elif isinstance(value, Mapping):
+        guess = "env"
+    else:
+        return f"pass it by keyword ({', '.join(names)})"
+    return f"pass it by keyword, e.g. {guess}={value!r}"
+
+
+def _check_positive_int(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MarkerError(f"argument {name!r} must be a positive int, got {value!r}")
+
+
+def _check_positive_number(value: object, name: str) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise MarkerError(f"argument {name!r} must be a positive number, got {value!r}")
+
+
+def _check_bool(value: object, name: str) -> None:
+    if not isinstance(value, bool):
+        raise MarkerError(f"argument {name!r} must be True or False, got {value!r}")
+
+
+def _check_env(value: object) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise MarkerError(f"argument 'env' must be a str->str mapping, got {value!r}")
+    for key, item in value.items():
+        if not (isinstance(key, str) and isinstance(item, str) and "\0" not in item):
+            raise MarkerError(
+                f"argument 'env' must be a str->str mapping of variable names to values, "
+                f"got the item {key!r}: {item!r}"
+            )
+        if not is_env_name(key):
+            raise MarkerError(f"argument 'env': {key!r} is not a variable name ({ENV_NAME_RULE})")
+    return tuple(sorted(value.items()))

@@ -34,6 +34,7 @@ from .narrowing import narrow_cases, next_on_path
 from .protocol import (
     CHILD_CRASH_EXIT,
     JOURNAL_NAME,
+    TERMINAL_FDS_VARIABLE,
     ChildMessage,
     ChildRequest,
     child_sys_path,
@@ -41,7 +42,7 @@ from .protocol import (
     warning_to_send,
 )
 from .spare_wait import SpareWait
-from .terminal import TERMINAL_FDS_VARIABLE, PytestChatter, write_to_terminal
+from .terminal import PytestChatter, write_to_terminal
 
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1

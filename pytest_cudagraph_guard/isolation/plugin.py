@@ -2,8 +2,8 @@
 
 ``plugin.py`` loads it once the session shows a test that will run in a process of its own
 (``--cudagraph-subprocess``, a module that names the marker, a collected test that carries it).
-The parent's machinery (:mod:`.controller`, :mod:`.pool`) loads only once a test process is
-started: a test process loads neither.
+The parent's machinery (:mod:`.runner`, :mod:`.pool`) loads only once a test process is started:
+a test process loads neither.
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ import pytest
 
 from ..core import plugin_names
 from ..core.fault_guard import Part, register
-from ..core.marker_arguments import item_subprocess_options, main_thread_misuse
-from ..core.markers import MarkerError, plugin_marks, subprocess_marker_asked
-from . import timeouts
+from ..core.markers import checked_marks, plugin_marks, subprocess_marker_asked
 
 if TYPE_CHECKING:
     from ..core.session import PluginSession
-    from .pool import SubprocessRunner
+    from .runner import TestRunner
 
 _isolation_key = pytest.StashKey["IsolationPlugin"]()
 
@@ -51,7 +49,7 @@ class IsolationPlugin:
     def __init__(self, session: PluginSession) -> None:
         self.session = session
         self.options = session.options
-        self._runner: SubprocessRunner | None = None
+        self._runner: TestRunner | None = None
 
     @classmethod
     def load(cls, session: PluginSession) -> IsolationPlugin:
@@ -67,20 +65,13 @@ class IsolationPlugin:
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> bool | None:
-        """Runs a marked test in its own process and logs its reports; None for another test."""
-        mark = plugin_marks(item)[1]
-        if mark is None or main_thread_misuse(item) is not None:
-            return None  # a misused marker: setup fails the test with the message
-        try:
-            options = item_subprocess_options(item, mark, self.options.timeout, self.options.on)
-        except MarkerError:
-            return None  # setup fails the test with the message
-        from .controller import run_protocol
-
-        # The session's variables for test processes, then the marker's over them.
-        env = (*self.options.process_env, *options.env)
-        options = timeouts.bounded(item, options)._replace(env=env)
-        run_protocol(item, nextitem, options, self._test_runner(), self.session)
+        """Runs a marked test in its own process and logs its reports; None for another test,
+        and for a marker used wrongly (its set-up here fails the test with the message)."""
+        marker = checked_marks(item, self.options.timeout, self.options.on).process
+        if marker is None:
+            return None
+        runner: TestRunner = self._test_runner()
+        runner.run(item, nextitem, marker)
         return True
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -88,9 +79,11 @@ class IsolationPlugin:
         """pytest-timeout's timer, for a test that runs in a process of its own: set in that
         process (its session loads pytest-timeout as this one does), not in this one, which
         only waits for it; the wait is bounded by the timeout and a margin."""
-        if plugin_marks(item)[1] is None:
+        if plugin_marks(item).process is None:
             return None
-        timeouts.keep(item, settings)
+        from .runner import keep_pytest_timeout
+
+        keep_pytest_timeout(item, settings)
         return True
 
     @pytest.hookimpl(tryfirst=True)
@@ -98,22 +91,17 @@ class IsolationPlugin:
         """Before the session's own end: its test processes end theirs (an interrupted session
         ends them at once)."""
         if self._runner is not None:
-            self._runner.close_zygotes(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
+            self._runner.pool.close_zygotes(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
 
     def prestart(self) -> None:
         """Starts the session's first test process ahead, so that its imports overlap those of
         the module being collected."""
-        from .controller import process_environment
+        self._test_runner().prestart()
 
-        self._test_runner().prestart(process_environment(self.options.process_env))
-
-    def _test_runner(self) -> SubprocessRunner:
+    def _test_runner(self) -> TestRunner:
         if self._runner is None:
-            from .pool import SubprocessRunner
-            from .terminal import output_is_live
+            from .runner import TestRunner
 
-            names = [name for name, _ in self.options.process_env]
-            live = output_is_live(self.session.config.option.capture)
-            self._runner = SubprocessRunner(import_time=names, live_output=live)
-            self.session.config.add_cleanup(self._runner.close)
+            self._runner = TestRunner(self.session)
+            self.session.config.add_cleanup(self._runner.pool.close)
         return self._runner

@@ -1,7 +1,10 @@
-"""The test processes of ``cudagraph_subprocess``, from the parent (its :mod:`.plugin` and
-:mod:`.controller`): a zygote per set of import-time variables, a forked or spawned process per
-test (``python -m`` this package, see :mod:`.__main__`), and how each ended. Nothing crosses but
-files in an owner-only folder (:mod:`.folders`) and two pipes.
+"""The test processes of ``cudagraph_subprocess``, from the parent (its :mod:`.runner`): a zygote
+per set of import-time variables, a forked or spawned process per test (``python -m`` this
+package, see :mod:`.__main__`), and how each ended. Nothing crosses but files in an owner-only
+folder (:mod:`.folders`), two pipes and, where the session's output is live (``-s``,
+``--capture=no``, ``--capture=tee-sys``), the session's terminal: the parent hands its standard
+output and error to the zygote (or the spawned interpreter), whose test processes write there
+(:mod:`.terminal` is their side).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -27,6 +30,7 @@ from .protocol import (
     REQUEST_NAME,
     STDERR_NAME,
     STDOUT_NAME,
+    TERMINAL_FDS_VARIABLE,
     ChildRequest,
     LineReader,
     ModuleLists,
@@ -34,7 +38,6 @@ from .protocol import (
     parse_reply,
     run_line,
 )
-from .terminal import handed_terminal
 
 ENTRY_MODULE: Final = __package__
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
@@ -47,6 +50,7 @@ MAX_ZYGOTES: Final = 4
 # Variables read when an interpreter or torch starts: a child must come from a zygote that
 # started with the same values, or from a spawned interpreter.
 IMPORT_TIME_PREFIXES: Final = ("TORCH", "PYTORCH", "PYTHON", "OMP_", "MKL_", "KMP_", "TRITON")
+LIVE_CAPTURE_MODES: Final = ("no", "tee-sys")
 
 
 @dataclass
@@ -190,7 +194,7 @@ class Zygote:
         return True
 
 
-class SubprocessRunner:
+class ProcessPool:
     """Starts and ends the test processes of one pytest session."""
 
     def __init__(self, import_time: Collection[str] = (), *, live_output: bool = False) -> None:
@@ -209,7 +213,7 @@ class SubprocessRunner:
         if self._spawn_reason is None:
             self._zygote(env)
 
-    def run(self, request: ChildRequest, folder: Path, timeout: float) -> ChildExit:
+    def run_test_process(self, request: ChildRequest, folder: Path, timeout: float) -> ChildExit:
         """Runs ``request``'s test process, its files in ``folder`` (from
         :meth:`SessionFolder.new_test_folder`), and waits for it at most ``timeout`` seconds."""
         request_path = folder / REQUEST_NAME
@@ -326,6 +330,30 @@ class SubprocessRunner:
         outcome.status = wait_status(process.returncode)
         outcome.duration = time.monotonic() - start
         return outcome
+
+
+def output_is_live(capture_mode: object) -> bool:
+    """Whether a session with this ``--capture`` mode shows what a test writes as it writes it."""
+    return capture_mode in LIVE_CAPTURE_MODES
+
+
+@contextlib.contextmanager
+def handed_terminal(
+    env: dict[str, str], live: bool
+) -> Iterator[tuple[dict[str, str], tuple[int, ...]]]:
+    """For a zygote or a spawned interpreter about to start: its environment, and the
+    descriptors to pass it (duplicates of this process's standard output and error, named in
+    the environment, closed here once it has started); where the output is not live, ``env``
+    as it is and none."""
+    if not live:
+        yield env, ()
+        return
+    fds = (os.dup(1), os.dup(2))
+    try:
+        yield {**env, TERMINAL_FDS_VARIABLE: f"{fds[0]},{fds[1]}"}, fds
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _write_request(request: ChildRequest, request_path: Path) -> None:

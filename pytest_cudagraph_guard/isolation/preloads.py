@@ -1,6 +1,6 @@
 """What a zygote loads ahead for its test processes: what it loads first, and which of the
 modules a session or a test process loaded it may load for the next test process. Read by
-:mod:`.zygote`, :mod:`.ending`, :mod:`.controller` and :mod:`.pool`."""
+:mod:`.zygote`, :mod:`.ending`, :mod:`.runner` and :mod:`.pool`."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ PRELOAD_FOR_COMPILING: Final = ("torch._dynamo", "torch._inductor.config")
 # plugin's, which every session starts; less the plugin's that only the parent session runs.
 TRUSTED_PREFIXES: Final = ("_pytest.", "pluggy.", "pytest_cudagraph_guard.")
 PARENT_ONLY: Final = frozenset(
-    f"{__package__}.{name}" for name in ("controller", "deaths", "expected", "pool", "__main__")
+    f"{__package__}.{name}" for name in ("runner", "deaths", "expected", "pool", "__main__")
 )
 
 

@@ -34,6 +34,9 @@ STDERR_NAME: Final = "stderr"
 RESULTS_NAME: Final = "results.jsonl"
 NEEDED_MODULES_NAME: Final = "needed-modules"
 JOURNAL_NAME: Final = "journal"  # the test's CUDA-graph activity (core.journal), read at a crash
+# The variable that names the two descriptors of the session's terminal, "OUT,ERR", in a
+# zygote or spawned interpreter; set only where the session's output is live.
+TERMINAL_FDS_VARIABLE: Final = "PYTEST_CUDAGRAPH_GUARD_TERMINAL_FDS"
 # The exit code of a test process that ended on an exception of its own, outside its test.
 CHILD_CRASH_EXIT: Final = 3
 

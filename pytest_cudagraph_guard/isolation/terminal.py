@@ -1,58 +1,27 @@
-"""A test process's terminal, from both sides: where its output goes and what of pytest's own
-terminal output it keeps.
+"""A test process's terminal: where its output goes and what of pytest's own terminal output it
+keeps.
 
 pytest's own terminal output in a test process (its header, "collected 1 item", the progress)
 goes nowhere: the parent shows the test's reports. What pytest-timeout writes there when a
 test times out (its stacks) goes to the process's stderr, as it would reach the terminal.
 Under ``-s`` / ``--capture=no`` / ``--capture=tee-sys`` the process writes to the session's
-own terminal, live: the parent hands its standard output and error to the zygote (or the
-spawned interpreter), whose test processes write there; a crash's fault-handler dump still
-goes to the test's stderr file, where the parent reads it.
+own terminal, live (handed over by the parent's :mod:`.pool`); a crash's fault-handler dump
+still goes to the test's stderr file, where the parent reads it.
 
-Called by :mod:`.pool` (the parent), :mod:`.child` (the test process). Standard library only.
+Called by :mod:`.child` (the test process). Standard library only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import sys
-from collections.abc import Iterator
 from types import FrameType
 from typing import Final
 
-# The variable that names the two descriptors of the session's terminal, "OUT,ERR", in a
-# zygote or spawned interpreter; set only where the session's output is live.
-TERMINAL_FDS_VARIABLE: Final = "PYTEST_CUDAGRAPH_GUARD_TERMINAL_FDS"
-LIVE_CAPTURE_MODES: Final = ("no", "tee-sys")
 # The module whose writes to the terminal are a test's timeout, not pytest's chatter.
 _TIMEOUT_PLUGIN: Final = "pytest_timeout"
 _FRAMES_LOOKED_AT: Final = 40
-
-
-def output_is_live(capture_mode: object) -> bool:
-    """Whether a session with this ``--capture`` mode shows what a test writes as it writes it."""
-    return capture_mode in LIVE_CAPTURE_MODES
-
-
-@contextlib.contextmanager
-def handed_terminal(
-    env: dict[str, str], live: bool
-) -> Iterator[tuple[dict[str, str], tuple[int, ...]]]:
-    """For a zygote or a spawned interpreter about to start: its environment, and the
-    descriptors to pass it (duplicates of this process's standard output and error, named in
-    the environment, closed here once it has started); where the output is not live, ``env``
-    as it is and none."""
-    if not live:
-        yield env, ()
-        return
-    fds = (os.dup(1), os.dup(2))
-    try:
-        yield {**env, TERMINAL_FDS_VARIABLE: f"{fds[0]},{fds[1]}"}, fds
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 def write_to_terminal(named: str) -> None:

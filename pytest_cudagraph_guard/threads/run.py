@@ -27,8 +27,7 @@ from .._torch import faults, runtime
 from ..core import config_diff, config_state
 from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
 from ..core.entry_kinds import TIMEOUT
-from ..core.marker_arguments import ThreadOptions, item_thread_options
-from ..core.markers import THREAD_MARKER
+from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks
 from ..core.outcomes import is_skip_or_xfail
 from ..core.records import ErrorEntry, SettingEntry, error_entry
 from ..core.settings import SettingsReader, cudagraph_switches
@@ -93,7 +92,8 @@ class ThreadSession:
     def run(self, item: pytest.Item, mark: pytest.Mark, body: Body) -> None:
         """``body()`` in the marker's threads, for ``item``."""
         __tracebackhide__ = True
-        options = item_thread_options(item, mark, self.default_timeout)
+        options = checked_marks(item, self.default_timeout).thread
+        assert options is not None  # its set-up checked them
         result = new_facts(options)
         item.stash[thread_run_key] = result
         if not self._trees_imported:  # its module-level state belongs to the main thread

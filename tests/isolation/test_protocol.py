@@ -78,7 +78,7 @@ def test_a_zygote_may_load_the_plugins_modules_but_not_the_parents_own() -> None
         "_pytest.python",
         "pytest_cudagraph_guard.plugin",
         "pytest_cudagraph_guard.isolation.child",
-        "pytest_cudagraph_guard.isolation.controller",
+        "pytest_cudagraph_guard.isolation.runner",
         "pytest_cudagraph_guard.isolation.pool",
         "pytest_cudagraph_guard.isolation.__main__",
         "__main__",

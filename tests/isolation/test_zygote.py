@@ -246,7 +246,7 @@ import pytest_cudagraph_guard
 
 PACKAGE_DIR = os.path.dirname(pytest_cudagraph_guard.__file__)
 PARENT_ONLY = [
-    "pytest_cudagraph_guard.isolation.controller",
+    "pytest_cudagraph_guard.isolation.runner",
     "pytest_cudagraph_guard.isolation.pool",
 ]
 

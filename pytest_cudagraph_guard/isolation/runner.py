@@ -1,0 +1,339 @@
+"""``@pytest.mark.cudagraph_subprocess`` in the parent session: one test's life, in the order it
+happens (:meth:`TestRunner.run`, called by the feature's plugin, :mod:`.plugin`): its request
+built, its process had from :mod:`.pool` and waited for, its results read, and its reports,
+warnings or death logged here as if it had run in place.
+
+pytest-timeout beside it: a test that runs in a process of its own has its timeout enforced
+there, as pytest-timeout does in an xdist worker; the parent keeps pytest-timeout's settings for
+the test instead of setting its timer (:func:`keep_pytest_timeout`), bounds its wait by them, and
+reads a process that pytest-timeout's ``thread`` method ended (it dumps the stacks, then exits 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+import pytest
+
+from ..core.death import ProcessEnd, log_process_death
+from ..core.journal import read_journal
+from ..core.markers import SubprocessOptions, plugin_marks
+from ..core.records import setting_entry
+from ..core.session import PluginSession
+from ..core.settings import cudagraph_switches
+from ..core.torch_env import user_torch_env
+from ..core.warnings import CudagraphGuardWarning, notify
+from .pool import ChildExit, ProcessPool, output_is_live
+from .preloads import session_modules
+from .protocol import (
+    JOURNAL_NAME,
+    RESULTS_NAME,
+    STDERR_NAME,
+    STDOUT_NAME,
+    ChildRequest,
+    SerializedReport,
+    WarningSent,
+)
+
+DEBUGGER_NOTICE: Final = (
+    "cudagraph_subprocess: --pdb and --trace cannot stop in the debugger in a test that runs in "
+    "a process of its own; to debug one in this process, run it without --cudagraph-subprocess "
+    "(or mark it @pytest.mark.cudagraph_main_thread), or, where the test itself is marked "
+    "cudagraph_subprocess, with -p no:cudagraph_guard"
+)
+NO_TEARDOWN_EXACT: Final = (
+    "cudagraph_subprocess: pytest {version} has no Session._setupstate.teardown_exact: after a "
+    "marked test, the parent's module, class and session fixtures that the next test no longer "
+    "needs are not finished then (pytest finishes them at the session's end)"
+)
+# How long the parent waits beyond pytest-timeout's timeout, which the test process enforces
+# itself, before it stops the process as at the marker's timeout.
+PYTEST_TIMEOUT_MARGIN_S: Final = 5.0
+# pytest-timeout's thread method dumps the stacks between two lines of this title, then exits 1.
+THREAD_METHOD_EXIT_CODE: Final = 1
+_DUMP_TITLE: Final = " Timeout "
+
+
+class PytestTimeout(NamedTuple):
+    """What pytest-timeout gives one test (``method``: ``signal`` or ``thread``)."""
+
+    seconds: float
+    method: str
+
+
+_pytest_timeout_key = pytest.StashKey[PytestTimeout]()
+_said_key = pytest.StashKey[set[str]]()
+
+
+def keep_pytest_timeout(item: pytest.Item, settings: Any) -> None:
+    """Keeps pytest-timeout's ``Settings`` for ``item`` (a timeout of 0 or none: no timeout)."""
+    seconds = getattr(settings, "timeout", None)
+    if isinstance(seconds, (int, float)) and seconds > 0:
+        method = str(getattr(settings, "method", ""))
+        item.stash[_pytest_timeout_key] = PytestTimeout(float(seconds), method)
+
+
+@dataclass
+class ChildMessages:
+    """What a test process wrote to its results file."""
+
+    reports: list[SerializedReport] = field(default_factory=list)
+    warnings: list[WarningSent] = field(default_factory=list)
+    collect_errors: list[str] = field(default_factory=list)
+
+
+class TestRunner:
+    """Runs the session's marked tests, each in a process of its own from its :attr:`pool`
+    (ended with the session), and logs their reports here."""
+
+    def __init__(self, session: PluginSession) -> None:
+        self.config = session.config
+        self.options = session.options
+        self.recording = session.recording
+        names = [name for name, _ in self.options.process_env]
+        self.pool: ProcessPool = ProcessPool(
+            names, live_output=output_is_live(self.config.option.capture)
+        )
+        self.notices: list[str] = []  # for the user, once each, as the next test's warnings
+
+    def prestart(self) -> None:
+        """Starts the session's first zygote ahead, so that its imports overlap collection."""
+        self.pool.prestart(process_environment(self.options.process_env))
+
+    def run(
+        self, item: pytest.Item, nextitem: pytest.Item | None, marker: SubprocessOptions
+    ) -> None:
+        """Runs ``item`` in a test process and logs its reports here, as pytest's own protocol
+        would have. Where ``nextitem`` is marked too, its process is set up meanwhile."""
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        if self.config.option.usepdb or self.config.option.trace:
+            self.notices.append(DEBUGGER_NOTICE)
+        folder = self.pool.folder.new_test_folder()
+        request = self._request(item, nextitem, marker, folder)
+        ended = self.pool.run_test_process(request, folder, request["timeout"])
+        try:
+            messages = _read_messages(ended.folder / RESULTS_NAME)
+            logged = _log_child_reports(item, messages.reports)
+            if "teardown" not in logged:
+                self._log_death(item, request, ended, messages, logged)
+            self.notices.extend(self.pool.take_notices())
+            _teardown_shared_fixtures(item, nextitem, self.notices)
+            _warn(item, messages.warnings, self.notices)
+        finally:
+            self.pool.folder.release(ended.folder, ended.pid, ending=ended.ending)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+    def _request(
+        self,
+        item: pytest.Item,
+        nextitem: pytest.Item | None,
+        marker: SubprocessOptions,
+        folder: Path,
+    ) -> ChildRequest:
+        """The request for the process that runs ``item``, with its files in ``folder``: the
+        session's variables for test processes, then the marker's over them; its timeout no
+        longer than pytest-timeout's and the margin (the shorter of the two stops the test)."""
+        params = self.config.invocation_params
+        following = nextitem if nextitem is not None and plugin_marks(nextitem).process else None
+        pytest_timeout = item.stash.get(_pytest_timeout_key, None)
+        timeout = marker.timeout
+        if pytest_timeout is not None:
+            timeout = min(timeout, pytest_timeout.seconds + PYTEST_TIMEOUT_MARGIN_S)
+        return {
+            "cwd": str(params.dir),
+            "env": process_environment((*self.options.process_env, *marker.env)),
+            "sys_path": list(sys.path),
+            "args": [*(str(arg) for arg in params.args), *_coverage_args(self.config)],
+            "nodearg": _node_argument(item),
+            "trees": marker.trees,
+            "switches": marker.switches,
+            "next_nodearg": None if following is None else _node_argument(following),
+            # What the zygote may load while this test's process starts, for the next ones.
+            "session_modules": session_modules(self.config),
+            "results": str(folder / RESULTS_NAME),
+            "basetemp": str(folder / "tmp"),
+            "cuda_ahead": self.options.cuda_ahead,
+            "spares": self.options.spares,
+            "init_cuda": False,
+            "timeout": timeout,
+            "live_output": self.pool.live_output,
+        }
+
+    def _log_death(
+        self,
+        item: pytest.Item,
+        request: ChildRequest,
+        ended: ChildExit,
+        messages: ChildMessages,
+        logged: list[str],
+    ) -> None:
+        """Hands the death of ``item``'s process to :mod:`..core.death`: how it ended, and what
+        this process knows of the test for its record (the settings the marker set, the
+        environment it gave the process)."""
+        stderr = ended.stream(STDERR_NAME)
+        by_pytest_timeout = _ended_by_pytest_timeout(item, ended.status, stderr)
+        end = ProcessEnd(
+            ended.status,
+            stderr=stderr,
+            stdout=ended.stream(STDOUT_NAME),
+            collect_errors=messages.collect_errors,
+            timed_out=ended.timed_out,
+            timeout=request["timeout"],
+            stacks_at_stop=ended.stacks,
+            lost="test process was lost (its zygote died)",
+            journal=read_journal(ended.folder / JOURNAL_NAME, item.nodeid),
+            ended_by_pytest_timeout=by_pytest_timeout,
+        )
+        switched = cudagraph_switches(request["trees"]) if request["switches"] else {}
+        log_process_death(
+            item,
+            end,
+            pid=ended.pid,
+            logged=logged,
+            duration=ended.duration,
+            reporting=self.recording,
+            settings={key: setting_entry(value, "test") for key, value in switched.items()},
+            env=user_torch_env(request["env"]),
+            say=self.notices.append,
+        )
+
+
+def process_environment(env: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The environment of a test process: this process's, less the variable that pytest sets
+    for each test phase (the test process's own session sets it for its test), with ``env``
+    set (ini ``cudagraph_process_env``'s variables, then the marker's)."""
+    inherited = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
+    return {**inherited, **dict(env)}
+
+
+def _coverage_args(config: pytest.Config) -> list[str]:
+    """Where pytest-cov measures: a test process adds its data to the session's and reports
+    nothing, as an xdist worker's does; the session combines and reports it all."""
+    option = config.option
+    if not getattr(option, "cov_source", None) or getattr(option, "no_cov", False):
+        return []
+    return ["--cov-append", "--cov-report=", "--cov-fail-under=0"]
+
+
+def _node_argument(item: pytest.Item) -> str:
+    """The command-line argument that selects exactly ``item``, whatever the working directory."""
+    _, separator, inside = item.nodeid.partition("::")
+    return f"{item.path}{separator}{inside}"
+
+
+def _read_messages(results: Path) -> ChildMessages:
+    messages = ChildMessages()
+    try:
+        lines = results.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue  # the child died while writing it
+        if "report" in message:
+            messages.reports.append(message["report"])
+        elif "warning" in message:
+            messages.warnings.append(message["warning"])
+        elif "collect_error" in message:
+            messages.collect_errors.append(message["collect_error"])
+    return messages
+
+
+def _log_child_reports(item: pytest.Item, reports: list[SerializedReport]) -> list[str]:
+    """Logs the reports the test process sent; the phases logged."""
+    logged: list[str] = []
+    for data in reports:
+        report = item.config.hook.pytest_report_from_serializable(
+            config=item.config, data=_tuples_back(data)
+        )
+        if not isinstance(report, pytest.TestReport) or report.nodeid != item.nodeid:
+            continue
+        # A subtest's parameters as the test process showed them: pytest's subtests report takes
+        # their ``repr`` as it is made, and again as it is read back (``i='1'`` for ``i=1``).
+        context = getattr(report, "context", None)
+        sent = data.get("_subtest.context")
+        if context is not None and isinstance(sent, dict) and isinstance(sent.get("kwargs"), dict):
+            object.__setattr__(context, "kwargs", dict(sent["kwargs"]))
+        item.ihook.pytest_runtest_logreport(report=report)
+        logged.append(report.when)
+    return logged
+
+
+def _tuples_back(data: SerializedReport) -> SerializedReport:
+    """JSON turned the report's tuples into lists; pytest's reporters want them back."""
+    data = dict(data)
+    for key in ("location", "longrepr"):
+        if isinstance(data.get(key), list):
+            data[key] = tuple(data[key])
+    for key in ("sections", "user_properties"):
+        if isinstance(data.get(key), list):
+            data[key] = [tuple(pair) if isinstance(pair, list) else pair for pair in data[key]]
+    return data
+
+
+def _ended_by_pytest_timeout(
+    item: pytest.Item, status: int | None, stderr: str
+) -> tuple[str, str] | None:
+    """Where pytest-timeout's ``thread`` method ended the test's process: its own failure
+    message, and what it wrote as it timed the test out (from its first ``Timeout`` line)."""
+    found = item.stash.get(_pytest_timeout_key, None)
+    code = os.waitstatus_to_exitcode(status) if status is not None else None
+    if found is None or found.method != "thread" or code != THREAD_METHOD_EXIT_CODE:
+        return None
+    lines = stderr.splitlines()
+    for index, line in enumerate(lines):
+        if _DUMP_TITLE in line and line.strip().startswith("+"):
+            return f"Timeout (>{found.seconds}s) from pytest-timeout.", "\n".join(lines[index:])
+    return None
+
+
+def _teardown_shared_fixtures(
+    item: pytest.Item, nextitem: pytest.Item | None, notices: list[str]
+) -> None:
+    """Finishes the parent's module, class and session fixtures that ``nextitem`` no longer
+    needs, as pytest's protocol does after each test (only they ran here)."""
+    setup_state = getattr(item.session, "_setupstate", None)
+    teardown_exact = getattr(setup_state, "teardown_exact", None)
+    if not callable(teardown_exact):
+        notices.append(NO_TEARDOWN_EXACT.format(version=pytest.__version__))
+        return
+    call = pytest.CallInfo.from_call(lambda: teardown_exact(nextitem), when="teardown")
+    if call.excinfo is not None:
+        report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+        item.ihook.pytest_runtest_logreport(report=report)
+
+
+def _warn(item: pytest.Item, found: list[WarningSent], notices: list[str]) -> None:
+    """The test process's warnings, shown as pytest shows a test's own (its filters already
+    applied to them); then the runner's ``notices`` (taken), each the first time in the
+    session, as CudagraphGuardWarnings of ``item``."""
+    config = item.config
+    for data in found:
+        category = _warning_category(data["category"])
+        warning = category(data["message"])
+        notify(
+            config, warning, nodeid=item.nodeid, filename=data["filename"], lineno=data["lineno"]
+        )
+    said = config.stash.setdefault(_said_key, set())
+    for notice in notices:
+        if notice not in said:
+            said.add(notice)
+            notify(config, CudagraphGuardWarning(notice), nodeid=item.nodeid)
+    notices.clear()
+
+
+def _warning_category(name: str) -> type[Warning]:
+    module_name, _, qualname = name.partition(":")
+    found: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if isinstance(found, type) and issubclass(found, Warning):
+        return found
+    return UserWarning
