@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from ..core.death import last_lines, wait_status
-from .folders import SessionFolder, owner_only
+from .folders import SessionFolder, owner_only, read_from, size_of
 from .forking import kill_group
 from .preloads import no_modules
 from .protocol import (
@@ -50,7 +50,6 @@ MAX_ZYGOTES: Final = 4
 # Variables read when an interpreter or torch starts: a child must come from a zygote that
 # started with the same values, or from a spawned interpreter.
 IMPORT_TIME_PREFIXES: Final = ("TORCH", "PYTORCH", "PYTHON", "OMP_", "MKL_", "KMP_", "TRITON")
-LIVE_CAPTURE_MODES: Final = ("no", "tee-sys")
 
 
 @dataclass
@@ -67,7 +66,7 @@ class ChildExit:
 
     def stream(self, name: str) -> str:
         path = self.folder / name
-        return _read_from(path, max(0, _size(path) - SECTION_LIMIT))
+        return read_from(path, max(0, size_of(path) - SECTION_LIMIT))
 
 
 class Zygote:
@@ -332,11 +331,6 @@ class ProcessPool:
         return outcome
 
 
-def output_is_live(capture_mode: object) -> bool:
-    """Whether a session with this ``--capture`` mode shows what a test writes as it writes it."""
-    return capture_mode in LIVE_CAPTURE_MODES
-
-
 @contextlib.contextmanager
 def handed_terminal(
     env: dict[str, str], live: bool
@@ -380,32 +374,16 @@ def _zygote_env(env: dict[str, str]) -> dict[str, str]:
 def _stop(pid: int, folder: Path) -> str:
     """Asks a hung child for its Python stacks, then kills its process group."""
     stderr = folder / STDERR_NAME
-    size = _size(stderr)
+    size = size_of(stderr)
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGUSR1)
     deadline = time.monotonic() + STACKS_GRACE_S
     last = size
     while time.monotonic() < deadline:
         time.sleep(0.1)
-        now = _size(stderr)
+        now = size_of(stderr)
         if now > size and now == last:
             break
         last = now
     kill_group(pid)
-    return _read_from(stderr, size)
-
-
-def _read_from(path: Path, offset: int) -> str:
-    try:
-        with path.open("rb") as file:
-            file.seek(offset)
-            return file.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+    return read_from(stderr, size)

@@ -28,7 +28,7 @@ from ..core.session import PluginSession
 from ..core.settings import cudagraph_switches
 from ..core.torch_env import user_torch_env
 from ..core.warnings import CudagraphGuardWarning, notify
-from .pool import ChildExit, ProcessPool, output_is_live
+from .pool import ChildExit, ProcessPool
 from .preloads import session_modules
 from .protocol import (
     JOURNAL_NAME,
@@ -54,6 +54,8 @@ NO_TEARDOWN_EXACT: Final = (
 # How long the parent waits beyond pytest-timeout's timeout, which the test process enforces
 # itself, before it stops the process as at the marker's timeout.
 PYTEST_TIMEOUT_MARGIN_S: Final = 5.0
+# The --capture modes whose session shows what a test writes as it writes it.
+LIVE_CAPTURE_MODES: Final = ("no", "tee-sys")
 # pytest-timeout's thread method dumps the stacks between two lines of this title, then exits 1.
 THREAD_METHOD_EXIT_CODE: Final = 1
 _DUMP_TITLE: Final = " Timeout "
@@ -97,7 +99,7 @@ class TestRunner:
         self.recording = session.recording
         names = [name for name, _ in self.options.process_env]
         self.pool: ProcessPool = ProcessPool(
-            names, live_output=output_is_live(self.config.option.capture)
+            names, live_output=self.config.option.capture in LIVE_CAPTURE_MODES
         )
         self.notices: list[str] = []  # for the user, once each, as the next test's warnings
 
