@@ -11,6 +11,8 @@ it and a suite of 10 compares with one of 4,000.
   hypothesis, pytest-cov, pytest-asyncio, pytest-rerunfailures, pytest-repeat, pytest-randomly,
   pytest-timeout, pytest-mock in it), against the same suite with only this plugin loaded
   (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 -p cudagraph_guard``, the clean environment); goal <= 1.2.
+  Beside it, the floor (``session_floor.py``): pytest's own session of one test in a forked
+  process, every plugin loaded / none, which any design pays that starts a session a test.
 - ``scale``: the realistic conftest (it imports torch and dynamo); one parametrized test of
   10 and of ``--tests`` cases (4,000 by default) in one module, and 1,000 one-test files, each
   against the 10 cases; goal <= 1.2. A round of 4,000 and 1,000 takes minutes.
@@ -18,8 +20,11 @@ it and a suite of 10 compares with one of 4,000.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -30,6 +35,7 @@ from bench_suites import DYNAMO_CONFTEST, PLAIN, alternate, goal, median_ratio, 
 
 RATIO_TARGET = 1.2
 PLUGINS_TESTS = 200
+FLOOR_ROUNDS_A_PAIR = 6
 SCALE_SMALLEST = 10
 SCALE_LARGEST = 4000
 SCALE_FILES = 1000
@@ -119,8 +125,22 @@ def measure_plugins(tests: int, pairs: int, log: Callable[[str], None]) -> dict[
             Suite("clean", root, tests, [*SUBPROCESS, *OURS_ONLY], CLEAN),
         ]
         paces = _run(suites, pairs)
-    log(f"plugins: {_against(paces, 'installed', 'clean')}; {tests} tests, {pairs} pairs")
-    return _result("plugins", tests, pairs, paces, [("installed", "clean")])
+    floor = session_floor(FLOOR_ROUNDS_A_PAIR * pairs)
+    log(
+        f"plugins: {_against(paces, 'installed', 'clean')}; {tests} tests, {pairs} pairs; the "
+        f"floor, pytest's own session of one test in a forked process, installed / clean: CPU "
+        f"{floor['cpu_ms']:.3f}x, wall {floor['wall_ms']:.3f}x"
+    )
+    return {**_result("plugins", tests, pairs, paces, [("installed", "clean")]), "floor": floor}
+
+
+def session_floor(rounds: int) -> dict[str, float]:
+    """``session_floor.py``'s ratios, from a process of its own (it forks and changes folder)."""
+    script = Path(__file__).with_name("session_floor.py")
+    command = [sys.executable, str(script), "--rounds", str(rounds), "--json"]
+    found = subprocess.run(command, check=True, capture_output=True, text=True)
+    figures: dict[str, float] = json.loads(found.stdout.splitlines()[-1])
+    return figures
 
 
 def measure_scale(tests: int, pairs: int, log: Callable[[str], None]) -> dict[str, object]:

@@ -142,7 +142,9 @@ def summary(end: ProcessEnd, nodeid: str = "", *, ran: bool = True) -> str:
         )
     number = end.signal_number()
     if number is not None:
-        return f"test process died with {signal_name(number)} (signal {number})"
+        dumped = end.status is not None and os.WIFSIGNALED(end.status) and os.WCOREDUMP(end.status)
+        core = ", its core dumped" if dumped else ""
+        return f"test process died with {signal_name(number)} (signal {number}){core}"
     return end.lost if code is None else f"test process died with exit code {code}"
 
 

@@ -1,6 +1,7 @@
 """How the zygote makes test processes: a fork only while forking is sound, each test process in
 a process group and an output folder of its own, and its end reaped off the critical path.
-For :mod:`.zygote` and :mod:`.spares`; :mod:`.pool` ends a process group with it."""
+For :mod:`.zygote` and :mod:`.spares`; :mod:`.pool` ends a process group with it, and asks it
+whether a test process is still writing its core dump."""
 
 from __future__ import annotations
 
@@ -16,12 +17,18 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from .protocol import CHILD_CRASH_EXIT, STDERR_NAME, STDOUT_NAME, ChildRequest
 
 CUDA_ERROR_NOT_INITIALIZED = 3
 REAP_POLL_S = 0.01
 PID_POLL_S = 0.01  # where the kernel gives no pidfd to wait on
+CORE_DUMPING = "CoreDumping:\t1"
+# How long a test process that died at its timeout may go on writing its core dump.
+CORE_DUMP_LIMIT_S = 600.0
+CORE_DUMP_POLL_S = 0.5
+CORE_DUMP_REPORT_S = 5.0
 # How a test process runs its test: from its request's path, or, a spare, from the request it
 # sets up as and the pipe on which it learns its test.
 # Each also gets the pipe on which it says, once it has written its last result, its exit code.
@@ -245,6 +252,34 @@ def _pidfd(pid: int) -> int | None:
         return int(opener(pid))
     except OSError:
         return None
+
+
+def dumping_core(pid: int) -> bool:
+    """Whether process ``pid`` is writing its core dump now (``/proc``'s ``CoreDumping``): a
+    process a signal killed where ``ulimit -c`` allows a core, which with CUDA's libraries
+    mapped takes seconds."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    return CORE_DUMPING in status
+
+
+T = TypeVar("T")
+
+
+def through_core_dump(wait: Callable[[float], T | None], pid: int, deadline: float) -> T | None:
+    """``wait``'s end of test process ``pid`` by ``deadline``; one that died before it and is
+    still writing its core dump is waited for (up to :data:`CORE_DUMP_LIMIT_S`), so that it is
+    reported as the crash it is, not as a timeout."""
+    ended = wait(deadline)
+    if ended is None and dumping_core(pid):
+        limit = time.monotonic() + CORE_DUMP_LIMIT_S
+        while ended is None and dumping_core(pid) and time.monotonic() < limit:
+            ended = wait(time.monotonic() + CORE_DUMP_POLL_S)
+        if ended is None:  # its core written, its end is still on its way here
+            ended = wait(time.monotonic() + CORE_DUMP_REPORT_S)
+    return ended
 
 
 def kill_group(pid: int) -> None:

@@ -18,12 +18,13 @@ import sys
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final
 
 from ..core.death import last_lines, wait_status
 from .folders import SessionFolder, owner_only, read_from, size_of
-from .forking import kill_group
+from .forking import kill_group, through_core_dump
 from .preloads import no_modules
 from .protocol import (
     END,
@@ -278,7 +279,7 @@ class ProcessPool:
         outcome = ChildExit(pid, folder)
         start = time.monotonic()
         try:
-            ended = zygote.wait_exit(pid, start + timeout)
+            ended = through_core_dump(partial(zygote.wait_exit, pid), pid, start + timeout)
             if ended is None and zygote.process.poll() is None:
                 outcome.timed_out = True
                 outcome.stacks = _stop(pid, folder)
@@ -316,10 +317,12 @@ class ProcessPool:
         outcome = ChildExit(process.pid, folder)
         start = time.monotonic()
         try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            outcome.timed_out = True
-            outcome.stacks = _stop(process.pid, folder)
+            if (
+                through_core_dump(partial(_returncode, process), process.pid, start + timeout)
+                is None
+            ):
+                outcome.timed_out = True
+                outcome.stacks = _stop(process.pid, folder)
         except BaseException:
             kill_group(process.pid)
             raise
@@ -369,6 +372,13 @@ def _zygote_env(env: dict[str, str]) -> dict[str, str]:
     (it does where triton is installed), since a process with threads cannot be forked soundly.
     A child starts them itself when it compiles."""
     return {"TORCH_WARM_POOL": "0", **_with_our_path(env)}
+
+
+def _returncode(process: subprocess.Popen[bytes], deadline: float) -> int | None:
+    try:
+        return process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _stop(pid: int, folder: Path) -> str:
