@@ -1,7 +1,7 @@
 """How the zygote makes test processes: a fork only while forking is sound, each test process in
 a process group and an output folder of its own, and its end reaped off the critical path.
 For :mod:`.zygote` and :mod:`.spares`; :mod:`.pool` ends a process group with it, and asks it
-whether a test process is still writing its core dump."""
+whether a test process is still on its way out."""
 
 from __future__ import annotations
 
@@ -24,11 +24,14 @@ from .protocol import CHILD_CRASH_EXIT, STDERR_NAME, STDOUT_NAME, ChildRequest
 CUDA_ERROR_NOT_INITIALIZED = 3
 REAP_POLL_S = 0.01
 PID_POLL_S = 0.01  # where the kernel gives no pidfd to wait on
+# What /proc says of a process on its way out (``man proc_pid_stat``, ``linux/sched.h``).
 CORE_DUMPING = "CoreDumping:\t1"
-# How long a test process that died at its timeout may go on writing its core dump.
-CORE_DUMP_LIMIT_S = 600.0
-CORE_DUMP_POLL_S = 0.5
-CORE_DUMP_REPORT_S = 5.0
+FLAGS_FIELD = 6  # of the fields after the command's name
+PF_EXITING = 0x4
+# How long a test process that died by its timeout may take to be gone.
+DYING_LIMIT_S = 600.0
+DYING_POLL_S = 0.5
+DYING_REPORT_S = 5.0
 # How a test process runs its test: from its request's path, or, a spare, from the request it
 # sets up as and the pipe on which it learns its test.
 # Each also gets the pipe on which it says, once it has written its last result, its exit code.
@@ -254,31 +257,35 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def dumping_core(pid: int) -> bool:
-    """Whether process ``pid`` is writing its core dump now (``/proc``'s ``CoreDumping``): a
-    process a signal killed where ``ulimit -c`` allows a core, which with CUDA's libraries
-    mapped takes seconds."""
+def dying(pid: int) -> bool:
+    """Whether process ``pid`` has died and is still on its way out: writing its core dump
+    (``ulimit -c`` allows one), its threads still being ended (one inside the CUDA driver ends
+    only when the driver returns: seconds, while a context is being made), or its end not yet
+    reaped."""
     try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
         status = Path(f"/proc/{pid}/status").read_text(encoding="ascii", errors="replace")
     except OSError:
         return False
-    return CORE_DUMPING in status
+    fields = stat.rpartition(")")[2].split()
+    exiting = len(fields) > FLAGS_FIELD and int(fields[FLAGS_FIELD]) & PF_EXITING
+    return CORE_DUMPING in status or bool(exiting) or fields[:1] in (["Z"], ["X"])
 
 
 T = TypeVar("T")
 
 
-def through_core_dump(wait: Callable[[float], T | None], pid: int, deadline: float) -> T | None:
+def through_dying(wait: Callable[[float], T | None], pid: int, deadline: float) -> T | None:
     """``wait``'s end of test process ``pid`` by ``deadline``; one that died before it and is
-    still writing its core dump is waited for (up to :data:`CORE_DUMP_LIMIT_S`), so that it is
-    reported as the crash it is, not as a timeout."""
+    still on its way out (:func:`dying`) is waited for, up to :data:`DYING_LIMIT_S`, so that
+    it is reported as the crash it is, not as a timeout."""
     ended = wait(deadline)
-    if ended is None and dumping_core(pid):
-        limit = time.monotonic() + CORE_DUMP_LIMIT_S
-        while ended is None and dumping_core(pid) and time.monotonic() < limit:
-            ended = wait(time.monotonic() + CORE_DUMP_POLL_S)
-        if ended is None:  # its core written, its end is still on its way here
-            ended = wait(time.monotonic() + CORE_DUMP_REPORT_S)
+    if ended is None and dying(pid):
+        limit = time.monotonic() + DYING_LIMIT_S
+        while ended is None and dying(pid) and time.monotonic() < limit:
+            ended = wait(time.monotonic() + DYING_POLL_S)
+        if ended is None:  # it is gone, and its end is still on its way here
+            ended = wait(time.monotonic() + DYING_REPORT_S)
     return ended
 
 

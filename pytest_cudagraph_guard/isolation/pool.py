@@ -24,7 +24,7 @@ from typing import Final
 
 from ..core.death import last_lines, wait_status
 from .folders import SessionFolder, owner_only, read_from, size_of
-from .forking import kill_group, through_core_dump
+from .forking import kill_group, through_dying
 from .preloads import no_modules
 from .protocol import (
     END,
@@ -279,7 +279,7 @@ class ProcessPool:
         outcome = ChildExit(pid, folder)
         start = time.monotonic()
         try:
-            ended = through_core_dump(partial(zygote.wait_exit, pid), pid, start + timeout)
+            ended = through_dying(partial(zygote.wait_exit, pid), pid, start + timeout)
             if ended is None and zygote.process.poll() is None:
                 outcome.timed_out = True
                 outcome.stacks = _stop(pid, folder)
@@ -317,10 +317,7 @@ class ProcessPool:
         outcome = ChildExit(process.pid, folder)
         start = time.monotonic()
         try:
-            if (
-                through_core_dump(partial(_returncode, process), process.pid, start + timeout)
-                is None
-            ):
+            if through_dying(partial(_returncode, process), process.pid, start + timeout) is None:
                 outcome.timed_out = True
                 outcome.stacks = _stop(process.pid, folder)
         except BaseException:

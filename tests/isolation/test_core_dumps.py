@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagraph_guard.isolation.forking import dumping_core, through_core_dump
+from pytest_cudagraph_guard.isolation.forking import dying, through_dying
 
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
 DUMPING = """
@@ -66,18 +66,18 @@ def test_a_process_still_dumping_its_core_at_the_deadline_is_waited_for(tmp_path
         assert process.stdout is not None
         assert process.stdout.readline() == "ready\n"
         giving_up = time.monotonic() + 30
-        while not dumping_core(process.pid):
+        while not dying(process.pid):
             assert process.poll() is None, "it ended without being seen dumping its core"
             assert time.monotonic() < giving_up
             time.sleep(0.001)
-        ended = through_core_dump(lambda deadline: _returncode(process, deadline), process.pid, 0)
+        ended = through_dying(lambda deadline: _returncode(process, deadline), process.pid, 0)
         assert ended == -6
     finally:
         process.kill()
         process.wait()
         for core in tmp_path.glob("core*"):
             core.unlink()
-    assert not dumping_core(process.pid)
+    assert not dying(process.pid)
 
 
 def test_the_failure_says_the_core_was_dumped(ourtester: pytest.Pytester) -> None:
