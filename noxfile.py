@@ -8,7 +8,7 @@
     nox -s notorch                     # Python 3.10, 3.12 and 3.13, torch not installed
     nox -s notorch-3.12
     nox -s releases                    # the oldest torch claimed and each patch table boundary;
-                                       # GBs each, not in CI (results: docs/releases.md)
+                                       # GBs each, not in CI (results: docs/performance.md)
     nox -s latest                      # the newest torch on the index; a download of GBs, not in CI
 
 Arguments after ``--`` go to pytest: ``nox -s "tests(torch='2.14.1')" -- -k threads``.

@@ -13,6 +13,7 @@ median of the rounds' ratios.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -70,6 +71,7 @@ def warm_up() -> None:
             pytest.main(ARGS)
         finally:
             sys.stdout = saved
+    gc.freeze()  # as the zygote does before it forks: children collect only their own objects
 
 
 def ratio(a: Sequence[float], b: Sequence[float]) -> float:
