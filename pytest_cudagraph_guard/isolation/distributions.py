@@ -56,9 +56,23 @@ def _where() -> tuple[object, ...]:
     return (os.getcwd(), *sys.path, *times)
 
 
-def read_ahead() -> None:
-    """In the zygote: reads the distributions for the current ``sys.path``, unless read for it
-    already; a reading that fails leaves test processes to read for themselves."""
+def read_ahead(cwd: str) -> None:
+    """In the zygote: reads the distributions for the current ``sys.path`` and the working
+    folder ``cwd`` of its test processes, unless read for them already; a reading that fails
+    leaves test processes to read for themselves."""
+    here = os.getcwd()
+    try:
+        os.chdir(cwd)  # a relative entry of sys.path ("") is the test process's folder
+    except OSError:
+        _Store.reading = None
+        return
+    try:
+        _read_here()
+    finally:
+        os.chdir(here)
+
+
+def _read_here() -> None:
     where = _where()
     if _Store.reading is not None and _Store.reading.where == where:
         return

@@ -169,7 +169,7 @@ class _Server:
         self._reap_exiting()
         if request is not None:
             sys.path[:] = child_sys_path(request)  # to import what its test processes would
-            distributions.read_ahead()
+            distributions.read_ahead(request["cwd"])
             self.learner.load(request["session_modules"])  # while the test process starts
             self.spares.fork(request)
             self.spares.expect(request["next_nodearg"])

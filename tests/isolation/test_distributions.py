@@ -32,9 +32,13 @@ def test_a_test_process_starts_its_session_on_the_zygotes_reading(
     ourtester.makeconftest(
         f"""
 import importlib.metadata, os
+from pytest_cudagraph_guard.isolation import distributions as served
+
 def pytest_configure(config):
+    reading = served._Store.reading
+    held = reading is not None and reading.where == served._where()
     with open({str(served_log)!r}, "a") as log:
-        log.write(importlib.metadata.distributions.__module__ + "\\n")
+        log.write(f"{{importlib.metadata.distributions.__module__}}:{{held}}\\n")
 """
     )
     ourtester.makepyfile(
@@ -52,14 +56,14 @@ def test_reads_for_itself(case):
     result.assert_outcomes(passed=4)
     seen = served_log.read_text().split()
     assert len(seen) == 5  # the session's own and each test process's
-    assert seen.count(SERVED_NAME) >= 2, seen
+    assert seen.count(f"{SERVED_NAME}:True") >= 2, seen  # a reading it is served, as it holds
 
 
 def test_the_reading_equals_a_fresh_one_and_is_dropped_when_sys_path_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
-    distributions.read_ahead()
+    distributions.read_ahead(str(Path.cwd()))
     with distributions.served():
         assert importlib.metadata.distributions.__module__ == SERVED_NAME
         assert _described(importlib.metadata.distributions()) == _described(
@@ -68,7 +72,7 @@ def test_the_reading_equals_a_fresh_one_and_is_dropped_when_sys_path_changes(
         eps = importlib.metadata.entry_points(group="pytest11")
         assert eps
     assert importlib.metadata.distributions.__module__ == "importlib.metadata"
-    distributions.read_ahead()
+    distributions.read_ahead(str(Path.cwd()))
     with distributions.served():
         before = tmp_path.stat().st_mtime_ns
         while time.time_ns() < before + 50_000_000:  # past the folder time's granularity
