@@ -86,7 +86,7 @@ import torch._inductor.config as ic
 from pytest_cudagraph_guard import ensure_cudagraph_tls
 
 
-# Before 2.12, dynamo could crash compiling one function in two threads at once (a torch bug):
+# On torch 2.9 to 2.11, dynamo can crash compiling one function in two threads at once (a bug):
 # each thread makes its first call in turn, as docs/troubleshooting.md says.
 FIRST_CALLS = threading.Lock()
 

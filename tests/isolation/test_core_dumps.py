@@ -1,6 +1,8 @@
-"""A test process that crashes where ``ulimit -c`` allows a core: it is a crash with its core
-dumped, never a timeout, however long the dump takes (with CUDA's libraries mapped, seconds).
-Real processes that really dump core, into the test's own folder."""
+"""A test process that died before its timeout but is still on its way out is a crash, never a
+timeout: one writing its core dump where ``ulimit -c`` allows it (seconds with CUDA's libraries
+mapped), one ended and not yet reaped; one with a thread still running is alive. Real processes;
+the core-dump tests really dump, into the test's own folder, and skip on a machine whose cores
+go elsewhere (a ``core_pattern`` that pipes them to a handler, or names a folder)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,12 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from pytest_cudagraph_guard.isolation.forking import dying, through_dying
+from pytest_cudagraph_guard.isolation.forking import CORE_DUMPING, exit_state, through_dying
 
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
 DUMPING = """
@@ -21,6 +24,12 @@ resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_
 memory = b"\\x01" * (256 << 20)  # touched, so that the dump takes a while
 print("ready", flush=True)
 os.abort()
+"""
+MAIN_THREAD_ENDS = """
+import ctypes, threading, time
+threading.Thread(target=time.sleep, args=(60,)).start()
+print("ready", flush=True)
+ctypes.CDLL(None).pthread_exit(None)
 """
 ABORTS_WITH_A_CORE = """
 import os
@@ -32,6 +41,28 @@ import pytest
 @pytest.mark.cudagraph_subprocess
 def test_aborts_with_a_core():
     resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    os.abort()
+"""
+# It aborts 0.3 s before its timeout, and its dump (768 MB touched) takes longer than that.
+ABORTS_AT_ITS_TIMEOUT = """
+import os
+import resource
+import time
+
+import pytest
+
+
+def age():
+    ticks = int(open("/proc/self/stat").read().rpartition(")")[2].split()[19])
+    uptime = float(open("/proc/uptime").read().split()[0])
+    return uptime - ticks / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.cudagraph_subprocess(timeout=4)
+def test_aborts_as_its_timeout_nears():
+    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    memory = b"\\x01" * (768 << 20)
+    time.sleep(max(0.0, 3.7 - age()))
     os.abort()
 """
 
@@ -46,9 +77,26 @@ def _cores_land_here() -> bool:
     return hard == resource.RLIM_INFINITY and not pattern.startswith("|") and "/" not in pattern
 
 
-pytestmark = pytest.mark.skipif(
+dumps_cores = pytest.mark.skipif(
     not _cores_land_here(), reason="this machine dumps no core into the crashing process's folder"
 )
+linux = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+
+
+def _started(script: str, folder: Path) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=folder, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline() == "ready\n"
+    return process
+
+
+def _until(condition: Callable[[], bool]) -> None:
+    giving_up = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < giving_up
+        time.sleep(0.001)
 
 
 def _returncode(process: subprocess.Popen[str], deadline: float) -> int | None:
@@ -58,28 +106,72 @@ def _returncode(process: subprocess.Popen[str], deadline: float) -> int | None:
         return None
 
 
-def test_a_process_still_dumping_its_core_at_the_deadline_is_waited_for(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-c", DUMPING], cwd=tmp_path, stdout=subprocess.PIPE, text=True
-    )
+def _state_line(pid: int) -> str:
     try:
-        assert process.stdout is not None
-        assert process.stdout.readline() == "ready\n"
-        giving_up = time.monotonic() + 30
-        while not dying(process.pid):
-            assert process.poll() is None, "it ended without being seen dumping its core"
-            assert time.monotonic() < giving_up
-            time.sleep(0.001)
-        ended = through_dying(lambda deadline: _returncode(process, deadline), process.pid, 0)
-        assert ended == -6
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return ""
+
+
+@dumps_cores
+def test_a_process_dumping_its_core_at_the_deadline_is_waited_for(tmp_path: Path) -> None:
+    process = _started(DUMPING, tmp_path)
+    answers: list[int | None] = []
+
+    def wait(deadline: float) -> int | None:
+        answers.append(_returncode(process, deadline))
+        return answers[-1]
+
+    try:
+        _until(lambda: CORE_DUMPING in Path(f"/proc/{process.pid}/status").read_text())
+        assert exit_state(process.pid) == "dying"
+        assert through_dying(wait, process.pid, 0) == -6
+        assert answers[0] is None  # the deadline had passed: it was waited for as it dumped
     finally:
         process.kill()
         process.wait()
         for core in tmp_path.glob("core*"):
             core.unlink()
-    assert not dying(process.pid)
 
 
+@linux
+def test_ended_and_unreaped_is_dying_and_reaped_is_gone(tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-c", "pass"], cwd=tmp_path)
+    _until(lambda: _state_line(process.pid) == "Z")
+    assert exit_state(process.pid) == "dying"
+    pid = process.pid
+    assert process.wait() == 0
+    assert exit_state(pid) == "gone"
+
+
+@linux
+def test_a_process_whose_main_thread_ended_is_alive_and_times_out(tmp_path: Path) -> None:
+    process = _started(MAIN_THREAD_ENDS, tmp_path)
+    try:
+        _until(lambda: _state_line(process.pid) == "Z")  # its main thread, the process's entry
+        assert exit_state(process.pid) == "alive"
+        start = time.monotonic()
+        assert through_dying(lambda d: _returncode(process, d), process.pid, start + 0.2) is None
+        assert time.monotonic() - start < 2
+    finally:
+        process.kill()
+        process.wait()
+
+
+@dumps_cores
+def test_a_core_dump_that_outlasts_the_timeout_is_the_crash(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(ABORTS_AT_ITS_TIMEOUT)
+    try:
+        result = ourtester.runpytest()
+    finally:
+        for core in Path(ourtester.path).glob("core*"):
+            core.unlink()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test process died with SIGABRT (signal 6), its core dumped*"])
+    assert "timed out" not in result.stdout.str()
+
+
+@dumps_cores
 def test_the_failure_says_the_core_was_dumped(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(ABORTS_WITH_A_CORE)
     try:
@@ -89,7 +181,6 @@ def test_the_failure_says_the_core_was_dumped(ourtester: pytest.Pytester) -> Non
             core.unlink()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test process died with SIGABRT (signal 6), its core dumped*"])
-    assert "timed out" not in result.stdout.str()
 
 
 def test_a_crash_without_a_core_says_nothing_of_one(ourtester: pytest.Pytester) -> None:

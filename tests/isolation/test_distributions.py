@@ -5,6 +5,7 @@ changed, and the test itself reads for itself. Real sessions, real processes."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import time
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def pytest_configure(config):
     ourtester.makepyfile(
         """
 import importlib.metadata
+import os
 import pytest
 
 @pytest.mark.parametrize("case", range(4))
@@ -84,3 +86,20 @@ def test_the_reading_equals_a_fresh_one_and_is_dropped_when_sys_path_changes(
         names = {point.name for point in importlib.metadata.entry_points(group="pytest11")}
         assert "newcomer" in names
         assert names > {point.name for point in eps}
+
+
+def test_the_reading_is_for_the_test_processes_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here = Path.cwd()
+    distributions.read_ahead(str(tmp_path))
+    try:
+        assert Path.cwd() == here  # the zygote's own folder, back
+        reading = distributions._Store.reading
+        assert reading is not None
+        assert reading.where[0] == os.path.realpath(tmp_path)
+        assert reading.where != distributions._where()  # not this folder's
+        monkeypatch.chdir(tmp_path)
+        assert reading.where == distributions._where()  # the test process's
+    finally:
+        distributions.stop_serving()
