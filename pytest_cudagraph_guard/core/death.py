@@ -39,6 +39,7 @@ from .stacks import Dump, parse_stacks, split_dump
 from .stash_keys import applied_by_key
 
 TAIL_LINES: Final = 30
+CORE_DUMPED: Final = "its core was dumped (where the system's core_pattern says)"
 PHASES: Final = ("setup", "call", "teardown")
 # What xdist's controller tells each worker (``workerinput``): where its journal and its fault
 # handler's output go, to be read here after the worker died.
@@ -142,9 +143,7 @@ def summary(end: ProcessEnd, nodeid: str = "", *, ran: bool = True) -> str:
         )
     number = end.signal_number()
     if number is not None:
-        dumped = end.status is not None and os.WIFSIGNALED(end.status) and os.WCOREDUMP(end.status)
-        core = ", its core dumped" if dumped else ""
-        return f"test process died with {signal_name(number)} (signal {number}){core}"
+        return f"test process died with {signal_name(number)} (signal {number})"
     return end.lost if code is None else f"test process died with exit code {code}"
 
 
@@ -159,6 +158,8 @@ def crash_text(
     if end.journal.last is not None:
         action = f"it {'was stopped' if end.timed_out else 'died'} {end.journal.last.phrase()}"
         parts[0] += f"\n{action}"
+    if end.status is not None and os.WIFSIGNALED(end.status) and os.WCOREDUMP(end.status):
+        parts[0] += f"\n{CORE_DUMPED}"
     if end.collect_errors:
         parts.append("its collection failed:\n" + "\n".join(end.collect_errors))
     stderr = end.stderr
