@@ -84,18 +84,22 @@ class Patches:
         loss = row.loss
 
         def wrap(original: Any) -> Any:
+            if after:
+
+                @functools.wraps(original)
+                def observed_after(*args: Any, **kwargs: Any) -> Any:
+                    result = original(*args, **kwargs)
+                    run_ours(loss, observer, args, kwargs)
+                    return result
+
+                return observed_after
+
             @functools.wraps(original)
             def observed(*args: Any, **kwargs: Any) -> Any:
                 run_ours(loss, observer, args, kwargs)
                 return original(*args, **kwargs)
 
-            @functools.wraps(original)
-            def observed_after(*args: Any, **kwargs: Any) -> Any:
-                result = original(*args, **kwargs)
-                run_ours(loss, observer, args, kwargs)
-                return result
-
-            return observed_after if after else observed
+            return observed
 
         return self.apply(row, owner, wrap)
 
