@@ -20,11 +20,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from bench_suites import median_ratio
 
 TEST = "def test_one():\n    pass\n"
 ARGS = ["-q", "-p", "no:cudagraph_guard", "-p", "no:cacheprovider", "test_one.py"]
@@ -74,10 +74,6 @@ def warm_up() -> None:
     gc.freeze()  # as the zygote does before it forks: children collect only their own objects
 
 
-def ratio(a: Sequence[float], b: Sequence[float]) -> float:
-    return statistics.median(x / y for x, y in zip(a, b, strict=True))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -98,11 +94,11 @@ def main() -> None:
     for field in Cost._fields:
         a = [getattr(cost, field) for cost in installed]
         b = [getattr(cost, field) for cost in clean]
-        figures[field] = round(ratio(a, b), 4)
+        figures[field] = round(median_ratio(a, b), 4)
         if not arguments.json:
             print(
                 f"{field}: installed {statistics.median(a):.1f} ms, clean "
-                f"{statistics.median(b):.1f} ms: {ratio(a, b):.3f}x ({rounds} pairs)"
+                f"{statistics.median(b):.1f} ms: {median_ratio(a, b):.3f}x ({rounds} pairs)"
             )
     if arguments.json:
         print(json.dumps(figures))
