@@ -16,11 +16,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from ..core.death import last_lines, wait_status
 from .folders import SessionFolder, owner_only, read_from, size_of
@@ -277,23 +277,12 @@ class ProcessPool:
         self, zygote: Zygote, pid: int, folder: Path, timeout: float
     ) -> ChildExit:
         outcome = ChildExit(pid, folder)
-        start = time.monotonic()
-        try:
-            ended = through_dying(partial(zygote.wait_exit, pid), pid, start + timeout)
-            if ended is None and zygote.process.poll() is None:
-                outcome.timed_out = True
-                outcome.stacks = _stop(pid, folder)
-                ended = zygote.wait_exit(pid, time.monotonic() + REAP_TIMEOUT_S)
-        except BaseException:
-            kill_group(pid)
-            zygote.wait_exit(pid, time.monotonic() + REAP_TIMEOUT_S)
-            raise
+        ended = _wait(outcome, partial(zygote.wait_exit, pid), timeout, zygote.process)
         if ended is None:
             kill_group(pid)
         else:
             outcome.status = ended.status
             outcome.ending = ended.kind == "done"
-        outcome.duration = time.monotonic() - start
         return outcome
 
     def _spawn(
@@ -315,20 +304,40 @@ class ProcessPool:
                 pass_fds=terminal,
             )
         outcome = ChildExit(process.pid, folder)
-        start = time.monotonic()
         try:
-            if through_dying(partial(_returncode, process), process.pid, start + timeout) is None:
-                outcome.timed_out = True
-                outcome.stacks = _stop(process.pid, folder)
-        except BaseException:
-            kill_group(process.pid)
-            raise
+            _wait(outcome, partial(_returncode, process), timeout, process)
         finally:
             process.wait()
             kill_group(process.pid)
         outcome.status = wait_status(process.returncode)
-        outcome.duration = time.monotonic() - start
         return outcome
+
+
+T = TypeVar("T")
+Popen = subprocess.Popen[bytes]
+
+
+def _wait(
+    outcome: ChildExit, wait: Callable[[float], T | None], timeout: float, teller: Popen
+) -> T | None:
+    """``wait``'s end of ``outcome``'s test process within ``timeout``, through its dying (see
+    :func:`.forking.through_dying`); past it, while ``teller`` (its zygote, or the process
+    itself) is there to say its end, its stacks are asked for, its group is killed, and its end
+    is waited for once more."""
+    start = time.monotonic()
+    try:
+        ended = through_dying(wait, outcome.pid, start + timeout)
+        if ended is None and teller.poll() is None:
+            outcome.timed_out = True
+            outcome.stacks = _stop(outcome.pid, outcome.folder)
+            ended = wait(time.monotonic() + REAP_TIMEOUT_S)
+    except BaseException:
+        kill_group(outcome.pid)
+        wait(time.monotonic() + REAP_TIMEOUT_S)
+        raise
+    finally:
+        outcome.duration = time.monotonic() - start
+    return ended
 
 
 @contextlib.contextmanager
