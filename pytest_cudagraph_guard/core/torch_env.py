@@ -47,26 +47,15 @@ def user_torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 class UserEnvReader:
     """:func:`user_torch_env` of this process, cheap to call per test: made again only when its
-    :func:`environ_stamp` changed, each variable's value judged once."""
+    :func:`environ_stamp` changed."""
 
     def __init__(self) -> None:
         self._stamp: EnvironStamp | None = None
         self._found: dict[str, str] = {}
-        self._torch_memos: dict[tuple[str, str], bool] = {}
 
     def read(self) -> dict[str, str]:
         stamp = environ_stamp()
         if stamp != self._stamp:
-            self._found = {k: v for k, v in torch_env().items() if not self._torch_memo(k, v)}
+            self._found = user_torch_env()
             self._stamp = stamp
         return dict(self._found)
-
-    def _torch_memo(self, name: str, value: str) -> bool:
-        known = self._torch_memos.get((name, value))
-        if known is None:
-            from .._torch import env_sources
-
-            known = self._torch_memos[(name, value)] = env_sources.is_torch_env_memo(
-                name, None, value
-            )
-        return known

@@ -88,21 +88,3 @@ def _process_exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def read_from(path: Path, offset: int) -> str:
-    """What a test's file holds from ``offset`` on; nothing where it cannot be read."""
-    try:
-        with path.open("rb") as file:
-            file.seek(offset)
-            return file.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def size_of(path: Path) -> int:
-    """A test's file's size so far; 0 where it does not exist (yet)."""
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0

@@ -1,7 +1,7 @@
 """How the zygote makes test processes: a fork only while forking is sound, each test process in
 a process group and an output folder of its own, and its end reaped off the critical path.
-For :mod:`.zygote` and :mod:`.spares`; :mod:`.pool` ends a process group with it, and asks it
-whether a test process is still on its way out."""
+For :mod:`.zygote` and :mod:`.spares`; the parent (:mod:`.pool`, :mod:`.waits`) ends a process
+group with it."""
 
 from __future__ import annotations
 
@@ -17,26 +17,12 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
 
 from .protocol import CHILD_CRASH_EXIT, STDERR_NAME, STDOUT_NAME, ChildRequest
 
 CUDA_ERROR_NOT_INITIALIZED = 3
 REAP_POLL_S = 0.01
 PID_POLL_S = 0.01  # where the kernel gives no pidfd to wait on
-# What /proc says of a process on its way out (``man proc_pid_stat``, ``linux/sched.h``).
-_PROC = Path("/proc")
-CORE_DUMPING = "CoreDumping:\t1"
-FLAGS_FIELD = 6  # of a thread's stat fields after its command's name
-PF_EXITING = 0x4
-SIGKILL_PENDING = 1 << (signal.SIGKILL - 1)
-ExitState = Literal["alive", "dying", "gone"]
-# How long a test process that died before its timeout may take to be gone (a core of many GB),
-# how often that is looked at, and how long a reaped one's end may take to be said (a zygote
-# reaps its test process, then says so).
-DYING_LIMIT_S = 600.0
-DYING_POLL_S = 0.5
-DYING_REPORT_S = 5.0
 # How a test process runs its test: from its request's path, or, a spare, from the request it
 # sets up as and the pipe on which it learns its test.
 # Each also gets the pipe on which it says, once it has written its last result, its exit code.
@@ -260,69 +246,6 @@ def _pidfd(pid: int) -> int | None:
         return int(opener(pid))
     except OSError:
         return None
-
-
-def exit_state(pid: int) -> ExitState:
-    """How far process ``pid`` is on its way out (Linux; elsewhere ``alive``: nothing is known).
-    ``dying`` while it writes its core dump (``ulimit -c`` allows one), while each of its threads
-    is being ended (one inside the CUDA driver ends when the driver returns: seconds, while a
-    context is being made), and once it has ended until it is reaped; ``gone`` once reaped. A
-    process with one thread left running (its main thread may have ended) is ``alive``."""
-    if not _PROC.is_dir():
-        return "alive"
-    try:
-        if CORE_DUMPING in _read(f"{_PROC}/{pid}/status"):
-            return "dying"
-        threads = os.listdir(f"{_PROC}/{pid}/task")
-    except FileNotFoundError:
-        return "gone"
-    except OSError:
-        return "alive"
-    if not threads:
-        return "gone"
-    return "dying" if all(_thread_ending(pid, tid) for tid in threads) else "alive"
-
-
-def _thread_ending(pid: int, tid: str) -> bool:
-    """Whether thread ``tid`` has ended or is being ended: in its exit, or with the SIGKILL
-    that the kernel sends every thread of a process that dies pending."""
-    try:
-        stat = _read(f"{_PROC}/{pid}/task/{tid}/stat")
-        status = _read(f"{_PROC}/{pid}/task/{tid}/status")
-    except OSError:
-        return True  # it ended as it was read
-    fields = stat.rpartition(")")[2].split()
-    if fields[:1] in (["Z"], ["X"]) or int(fields[FLAGS_FIELD]) & PF_EXITING:
-        return True
-    pending = [line.split()[-1] for line in status.splitlines() if line.startswith("SigPnd:")]
-    return bool(pending) and bool(int(pending[0], 16) & SIGKILL_PENDING)
-
-
-def _read(path: str) -> str:
-    return Path(path).read_text(encoding="ascii", errors="replace")
-
-
-T = TypeVar("T")
-
-
-def through_dying(wait: Callable[[float], T | None], pid: int, deadline: float) -> T | None:
-    """``wait``'s end of test process ``pid`` by ``deadline``. One that died before it and is
-    still on its way out (:func:`exit_state`) is waited for, up to :data:`DYING_LIMIT_S`, and
-    one reaped but not yet said, :data:`DYING_REPORT_S`: so that it is reported as the crash it
-    is, not as a timeout. None where it is still alive, or where no word of it can come."""
-    ended = wait(deadline)
-    limit = time.monotonic() + DYING_LIMIT_S
-    while ended is None and time.monotonic() < limit:
-        state = exit_state(pid)
-        if state == "alive":
-            return None
-        if state == "gone":
-            return wait(time.monotonic() + DYING_REPORT_S)
-        asked = time.monotonic() + DYING_POLL_S
-        ended = wait(asked)
-        if ended is None and time.monotonic() < asked:
-            return None  # ``wait`` gave up early: what would say its end is gone (a zygote)
-    return ended
 
 
 def kill_group(pid: int) -> None:

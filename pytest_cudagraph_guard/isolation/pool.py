@@ -1,10 +1,10 @@
 """The test processes of ``cudagraph_subprocess``, from the parent (its :mod:`.runner`): a zygote
 per set of import-time variables, a forked or spawned process per test (``python -m`` this
-package, see :mod:`.__main__`), and how each ended. Nothing crosses but files in an owner-only
-folder (:mod:`.folders`), two pipes and, where the session's output is live (``-s``,
-``--capture=no``, ``--capture=tee-sys``), the session's terminal: the parent hands its standard
-output and error to the zygote (or the spawned interpreter), whose test processes write there
-(:mod:`.terminal` is their side).
+package, see :mod:`.__main__`), each waited for by :mod:`.waits`. Nothing crosses but files in
+an owner-only folder (:mod:`.folders`), two pipes and, where the session's output is live
+(``-s``, ``--capture=no``, ``--capture=tee-sys``), the session's terminal: the parent hands its
+standard output and error to the zygote (or the spawned interpreter), whose test processes
+write there (:mod:`.terminal` is their side).
 """
 
 from __future__ import annotations
@@ -12,19 +12,17 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
 from ..core.death import last_lines, wait_status
-from .folders import SessionFolder, owner_only, read_from, size_of
-from .forking import kill_group, through_dying
+from .folders import SessionFolder, owner_only
+from .forking import kill_group
 from .preloads import no_modules
 from .protocol import (
     END,
@@ -39,35 +37,16 @@ from .protocol import (
     parse_reply,
     run_line,
 )
+from .waits import ChildExit, returncode, wait_for_end
 
 ENTRY_MODULE: Final = __package__
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
 # How long a zygote may take to end, beyond its test processes' own ends.
 ZYGOTE_CLOSE_TIMEOUT_S: Final = 10.0
-STACKS_GRACE_S: Final = 2.0
-REAP_TIMEOUT_S: Final = 30.0
-SECTION_LIMIT: Final = 1_000_000
 MAX_ZYGOTES: Final = 4
 # Variables read when an interpreter or torch starts: a child must come from a zygote that
 # started with the same values, or from a spawned interpreter.
 IMPORT_TIME_PREFIXES: Final = ("TORCH", "PYTORCH", "PYTHON", "OMP_", "MKL_", "KMP_", "TRITON")
-
-
-@dataclass
-class ChildExit:
-    """How one test process ended."""
-
-    pid: int
-    folder: Path
-    status: int | None = None  # os.waitpid's; None when it was lost
-    timed_out: bool = False
-    stacks: str = ""
-    duration: float = 0.0
-    ending: bool = False  # it said it was done and may still be ending
-
-    def stream(self, name: str) -> str:
-        path = self.folder / name
-        return read_from(path, max(0, size_of(path) - SECTION_LIMIT))
 
 
 class Zygote:
@@ -277,7 +256,7 @@ class ProcessPool:
         self, zygote: Zygote, pid: int, folder: Path, timeout: float
     ) -> ChildExit:
         outcome = ChildExit(pid, folder)
-        ended = _wait(outcome, partial(zygote.wait_exit, pid), timeout, zygote.process)
+        ended = wait_for_end(outcome, partial(zygote.wait_exit, pid), timeout, zygote.process)
         if ended is None:
             kill_group(pid)
         else:
@@ -305,39 +284,12 @@ class ProcessPool:
             )
         outcome = ChildExit(process.pid, folder)
         try:
-            _wait(outcome, partial(_returncode, process), timeout, process)
+            wait_for_end(outcome, partial(returncode, process), timeout, process)
         finally:
             process.wait()
             kill_group(process.pid)
         outcome.status = wait_status(process.returncode)
         return outcome
-
-
-T = TypeVar("T")
-Popen = subprocess.Popen[bytes]
-
-
-def _wait(
-    outcome: ChildExit, wait: Callable[[float], T | None], timeout: float, teller: Popen
-) -> T | None:
-    """``wait``'s end of ``outcome``'s test process within ``timeout``, through its dying (see
-    :func:`.forking.through_dying`); past it, while ``teller`` (its zygote, or the process
-    itself) is there to say its end, its stacks are asked for, its group is killed, and its end
-    is waited for once more."""
-    start = time.monotonic()
-    try:
-        ended = through_dying(wait, outcome.pid, start + timeout)
-        if ended is None and teller.poll() is None:
-            outcome.timed_out = True
-            outcome.stacks = _stop(outcome.pid, outcome.folder)
-            ended = wait(time.monotonic() + REAP_TIMEOUT_S)
-    except BaseException:
-        kill_group(outcome.pid)
-        wait(time.monotonic() + REAP_TIMEOUT_S)
-        raise
-    finally:
-        outcome.duration = time.monotonic() - start
-    return ended
 
 
 @contextlib.contextmanager
@@ -378,28 +330,3 @@ def _zygote_env(env: dict[str, str]) -> dict[str, str]:
     (it does where triton is installed), since a process with threads cannot be forked soundly.
     A child starts them itself when it compiles."""
     return {"TORCH_WARM_POOL": "0", **_with_our_path(env)}
-
-
-def _returncode(process: subprocess.Popen[bytes], deadline: float) -> int | None:
-    try:
-        return process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return None
-
-
-def _stop(pid: int, folder: Path) -> str:
-    """Asks a hung child for its Python stacks, then kills its process group."""
-    stderr = folder / STDERR_NAME
-    size = size_of(stderr)
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGUSR1)
-    deadline = time.monotonic() + STACKS_GRACE_S
-    last = size
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        now = size_of(stderr)
-        if now > size and now == last:
-            break
-        last = now
-    kill_group(pid)
-    return read_from(stderr, size)

@@ -28,7 +28,7 @@ from ..core.session import PluginSession
 from ..core.settings import cudagraph_switches
 from ..core.torch_env import user_torch_env
 from ..core.warnings import CudagraphGuardWarning, notify
-from .pool import ChildExit, ProcessPool
+from .pool import ProcessPool
 from .preloads import session_modules
 from .protocol import (
     JOURNAL_NAME,
@@ -39,6 +39,7 @@ from .protocol import (
     SerializedReport,
     WarningSent,
 )
+from .waits import ChildExit
 
 DEBUGGER_NOTICE: Final = (
     "cudagraph_subprocess: --pdb and --trace cannot stop in the debugger in a test that runs in "
