@@ -15,7 +15,7 @@ import pytest
 from ._torch import faults, runtime
 from .core.config_state import QuickCheck, Snapshot
 from .core.fault_guard import Part
-from .core.stash_keys import leaks_key
+from .core.records import leaks_key
 from .core.warnings import (
     CudagraphConfigLeakWarning,
     warn_torch_notices,

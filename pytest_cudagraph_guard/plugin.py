@@ -161,7 +161,7 @@ class Features:
         from ._torch import runtime
         from .core.markers import checked_marks, plugin_marks
         from .core.options import plugin_options
-        from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
+        from .core.records import NO_CUDA, NO_TORCH, skip_test
 
         if plugin_marks(item) == _NO_MARKS:
             return

@@ -15,7 +15,7 @@ from ._torch import runtime
 from .core.fault_guard import Part
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
 from .core.options import applied_lines, plugin_options
-from .core.stash_keys import applied_by_key
+from .core.records import applied_by_key
 
 if TYPE_CHECKING:
     from .core.session import PluginSession

@@ -281,7 +281,7 @@ def note_failure(
     """A failure of our code: a notice of the torch boundary's, once for the session (that part
     stops, unless tests ask for it by name), warned at once (as configuration's, with
     ``config``), and a ``plugin-error`` entry on the record of the test it met."""
-    from .stash_keys import plugin_errors_key
+    from .records import plugin_errors_key
     from .warnings import warn_torch_notices
 
     faults.note_internal_error(loss, error, stops=stops)
@@ -296,8 +296,7 @@ def note_failure(
 def plugin_error_record(loss: faults.Loss, error: BaseException) -> ErrorEntry:
     """The record's entry for a failure of the plugin's own code met in a test."""
     from .diagnosis import short_traceback, type_name
-    from .entry_kinds import PLUGIN_ERROR
-    from .records import error_entry
+    from .records import PLUGIN_ERROR, error_entry
 
     return error_entry(
         threading.current_thread().name,

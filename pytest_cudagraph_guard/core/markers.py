@@ -123,7 +123,7 @@ def plugin_marks(item: pytest.Item) -> PluginMarks:
 
 def applied_by_option(item: pytest.Item) -> str | None:
     """The suite option that applied a marker of the plugin to ``item``; None: its own."""
-    from .stash_keys import applied_by_key
+    from .records import applied_by_key
 
     return item.stash.get(applied_by_key, None)
 

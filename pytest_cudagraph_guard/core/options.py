@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import pytest
 
-from .entry_kinds import ALL_KINDS
 from .env_names import ENV_NAME_RULE, is_env_name
 from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
+from .records import ALL_KINDS
 
 if TYPE_CHECKING:
     from .records import OptionsRecord

@@ -10,9 +10,8 @@ import threading
 import traceback
 from typing import Any, Final
 
-from ..core.entry_kinds import THREAD_ERROR
 from ..core.markers import THREAD_MARKER
-from ..core.records import ErrorEntry
+from ..core.records import THREAD_ERROR, ErrorEntry
 
 SHORT_TRACEBACK_ENDS: Final = 2  # frames kept at each end of another thread's traceback
 _OURS: Final = os.path.dirname(__file__)

@@ -27,13 +27,17 @@ import pytest
 from .._torch import faults, runtime
 from ..core import config_diff, config_state
 from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
-from ..core.entry_kinds import TIMEOUT
 from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks
-from ..core.outcomes import is_skip_or_xfail
-from ..core.records import ErrorEntry, SettingEntry, error_entry
+from ..core.records import (
+    TIMEOUT,
+    ErrorEntry,
+    SettingEntry,
+    ThreadRunFacts,
+    error_entry,
+    is_skip_or_xfail,
+    thread_run_key,
+)
 from ..core.settings import SettingsReader, cudagraph_switches
-from ..core.stash_keys import thread_run_key
-from ..core.thread_run_facts import ThreadRunFacts
 from .failures import raise_failures
 from .placement import Placement, barrier
 
