@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import pytest
 
-from .env_names import ENV_NAME_RULE, is_env_name
-from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
+from .markers import ENV_NAME_RULE, SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES, is_env_name
 from .records import ALL_KINDS
 
 if TYPE_CHECKING:
