@@ -1,11 +1,12 @@
 """What the plugin's features share in one session: one typed object, built by ``plugin.py`` in
 ``pytest_configure`` and read by each feature (``plugin_session``), so that no feature looks
-another up by name or depends on the order in which they are registered."""
+another up by name or depends on the order in which they are registered. Also the names that
+``plugin.py`` and the features register their plugin objects under (``PluginNames``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
@@ -19,6 +20,21 @@ TakeIn = Callable[[Callable[[], None]], None]
 # Set by a test process's own plugin before its session configures: the session runs one
 # marked test of the parent's.
 test_process_key = pytest.StashKey[bool]()
+
+
+class PluginNames:
+    """The names under which the plugin registers its plugin objects (``--trace-config`` shows
+    them; nothing of the plugin looks one up: the features share a :class:`PluginSession`)."""
+
+    FEATURES: Final = "cudagraph_guard.features"
+    LEAK_GUARD: Final = "cudagraph_guard.leak_guard"
+    THREADS: Final = "cudagraph_guard.threads"
+    ISOLATION_RUNS: Final = "cudagraph_guard.isolation.runs"
+    REPORT: Final = "cudagraph_guard.report"
+    REPORT_WRITER: Final = "cudagraph_guard.report_writer"
+    SUITE: Final = "cudagraph_guard.suite"
+    CUDAGRAPHS_ON: Final = "cudagraph_guard.cudagraphs_on"
+    NOTICES: Final = "cudagraph_guard.notices"
 
 
 class PluginSession:

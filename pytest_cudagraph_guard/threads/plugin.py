@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core import plugin_names
 from ..core.fault_guard import Part, register
 from ..core.markers import plugin_marks, thread_marker_asked
+from ..core.session import PluginNames, PluginSession
 
 if TYPE_CHECKING:
-    from ..core.session import PluginSession
     from .run import ThreadSession
 
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType]
@@ -45,9 +44,9 @@ def start_threads(session: PluginSession, marked: list[pytest.Item]) -> None:
 
     threads = ThreadSession(session)
     pluginmanager = session.config.pluginmanager
-    register(pluginmanager, ThreadedCalls(threads), f"{plugin_names.THREADS}.calls")
+    register(pluginmanager, ThreadedCalls(threads), f"{PluginNames.THREADS}.calls")
     if any(is_unittest_case(item) for item in marked):
-        register(pluginmanager, ThreadedCases(threads), f"{plugin_names.THREADS}.cases")
+        register(pluginmanager, ThreadedCases(threads), f"{PluginNames.THREADS}.cases")
 
 
 class _InThreads:
