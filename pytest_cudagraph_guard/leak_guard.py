@@ -14,7 +14,7 @@ import pytest
 
 from ._torch import faults, runtime
 from .core.config_state import QuickCheck, Snapshot
-from .core.fault_guard import Part
+from .core.fault_guard import Part, note_failure
 from .core.records import leaks_key
 from .core.warnings import (
     CudagraphConfigLeakWarning,
@@ -66,8 +66,6 @@ class LeakGuard:
             self.disabled = True
             if raised_by_us(exc):
                 self._put_back_baseline()
-                from .core.fault_guard import note_failure
-
                 note_failure(_CHECKING.loss, exc)
                 return None
             faults.notice_once(
