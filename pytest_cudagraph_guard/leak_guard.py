@@ -38,12 +38,9 @@ def leak_message(nodeid: str, changes: list[Change], restored: bool) -> str:
 
 
 class LeakGuard:
-    """Compares the guarded state after each test with the state before it.
-
-    The state before a test is a baseline carried from test to test; it takes in what shared
-    (class, module, package or session scoped) fixtures change when they are set up or torn
-    down, since those changes are meant to outlive one test.
-    """
+    """Compares the guarded state after each test with a baseline carried from test to test,
+    which takes in what shared (not function-scoped) fixtures change: those changes are meant
+    to outlive one test."""
 
     parts = (_CHECKING,)
 

@@ -381,8 +381,7 @@ DECLARED: Final = {
 
 
 def add_options(parser: pytest.Parser) -> None:
-    """``pytest_addoption``: each option of ``DECLARED`` on the command line, as an ini key, or
-    both."""
+    """Adds each option of ``DECLARED`` on the command line, as an ini key, or both."""
     group = parser.getgroup("cudagraph-guard", "CUDA graphs and torch config (cudagraph-guard)")
     for name, declared in DECLARED.items():
         if declared.help is not None:

@@ -43,9 +43,8 @@ class PluginSession:
     def __init__(self, config: pytest.Config, options: PluginOptions, *, recording: bool) -> None:
         self.config = config
         self.options = options
-        # The leak guard's ``take_in``; None where the guard is off.
+        # The leak guard's methods of these names; None where the guard is off.
         self.take_in: TakeIn | None = None
-        # The leak guard's ``take_baseline_early``; None where the guard is off.
         self.take_baseline_early: Callable[[], None] | None = None
         # Whether this process keeps the tests' records (a report or ``--cudagraph-fail-on``).
         self.recording = recording

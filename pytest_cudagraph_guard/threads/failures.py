@@ -1,6 +1,5 @@
-"""How the failures of a marked test's threads are raised (by :mod:`.run`): the first thread's
-exception, with notes naming every thread that failed alike and each other way the threads
-failed, once."""
+"""How the failures of a marked test's threads are raised (:func:`raise_failures`, by
+:mod:`.run`)."""
 
 from __future__ import annotations
 

@@ -73,9 +73,8 @@ Body = Callable[[], Any]
 
 
 class ThreadSession:
-    """What every marked test of a session runs with, found once: the default timeout, the
-    diagnose hook, the report's settings keys (None: nobody reports settings), and the parts
-    shared by the session's runs."""
+    """What every marked test of a session runs with, found once (``settings_keys`` None: nobody
+    reports settings)."""
 
     def __init__(self, session: PluginSession) -> None:
         self.settings_keys = session.settings_keys() if session.recording else None
