@@ -21,7 +21,7 @@ def _guarded(module_name: str) -> Iterator[ConfigGuard]:
     installed."""
     from ._torch import config_access, runtime
     from .core.config_guard import ConfigGuard
-    from .core.outcomes import NO_TORCH, skip_test
+    from .core.records import NO_TORCH, skip_test
 
     try:
         guard = ConfigGuard(config_access.import_config(module_name))

@@ -14,8 +14,8 @@ import pytest
 
 from ._torch import faults, runtime
 from .core.config_state import QuickCheck, Snapshot
-from .core.fault_guard import Part
-from .core.stash_keys import leaks_key
+from .core.fault_guard import Part, note_failure
+from .core.records import leaks_key
 from .core.warnings import (
     CudagraphConfigLeakWarning,
     warn_torch_notices,
@@ -38,12 +38,9 @@ def leak_message(nodeid: str, changes: list[Change], restored: bool) -> str:
 
 
 class LeakGuard:
-    """Compares the guarded state after each test with the state before it.
-
-    The state before a test is a baseline carried from test to test; it takes in what shared
-    (class, module, package or session scoped) fixtures change when they are set up or torn
-    down, since those changes are meant to outlive one test.
-    """
+    """Compares the guarded state after each test with a baseline carried from test to test,
+    which takes in what shared (not function-scoped) fixtures change: those changes are meant
+    to outlive one test."""
 
     parts = (_CHECKING,)
 
@@ -66,8 +63,6 @@ class LeakGuard:
             self.disabled = True
             if raised_by_us(exc):
                 self._put_back_baseline()
-                from .core.fault_guard import note_failure
-
                 note_failure(_CHECKING.loss, exc)
                 return None
             faults.notice_once(

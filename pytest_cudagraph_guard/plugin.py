@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from . import hookspecs
-from .core import plugin_names
 from .core.fault_guard import Part, fail_unhonoured, register
+from .core.session import PluginNames, PluginSession, plugin_session, start_plugin_session
 from .fixtures import cudagraphs, dynamo_config, inductor_config
 
 if TYPE_CHECKING:
-    from .core.session import PluginSession
     from .isolation.plugin import IsolationPlugin
 
 __all__ = ["cudagraphs", "dynamo_config", "inductor_config"]
@@ -37,7 +36,7 @@ def _asked(item: pytest.Item) -> str | None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
-    register(pluginmanager, Features(), plugin_names.FEATURES)
+    register(pluginmanager, Features(), PluginNames.FEATURES)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -96,7 +95,6 @@ class Features:
     def pytest_configure(self, config: pytest.Config) -> None:
         from .core.markers import MAIN_THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, THREAD_MARKER_DOC
         from .core.options import plugin_options
-        from .core.session import PluginSession, start_plugin_session
 
         for doc in (THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, MAIN_THREAD_MARKER_DOC):
             config.addinivalue_line("markers", doc)
@@ -105,17 +103,17 @@ class Features:
         start_plugin_session(session)
         from .notices import NoticesPlugin
 
-        register(config.pluginmanager, NoticesPlugin(), plugin_names.NOTICES)
+        register(config.pluginmanager, NoticesPlugin(), PluginNames.NOTICES)
         if options.guard != "off":
             _start_leak_guard(session)
         if options.applies_markers:
             from .suite import SuitePlugin
 
-            register(config.pluginmanager, SuitePlugin(session), plugin_names.SUITE)
+            register(config.pluginmanager, SuitePlugin(session), PluginNames.SUITE)
         if options.on:
             from .suite import CudagraphsOn
 
-            register(config.pluginmanager, CudagraphsOn(session), plugin_names.CUDAGRAPHS_ON)
+            register(config.pluginmanager, CudagraphsOn(session), PluginNames.CUDAGRAPHS_ON)
         if session.recording:
             _start_report(session)
 
@@ -124,8 +122,6 @@ class Features:
         started before the module is imported, so that their imports overlap."""
         if not isinstance(collector, pytest.Module) or collector.config.option.collectonly:
             return
-        from .core.session import plugin_session
-
         session = plugin_session(collector.config)
         if session is None or session.in_test_process:
             return
@@ -138,7 +134,6 @@ class Features:
         marker (its own, or one that a suite option applied): a session without one pays nothing
         per test."""
         from .core.markers import plugin_marks
-        from .core.session import plugin_session
 
         shared = plugin_session(session.config)
         if shared is None:
@@ -161,7 +156,7 @@ class Features:
         from ._torch import runtime
         from .core.markers import checked_marks, plugin_marks
         from .core.options import plugin_options
-        from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
+        from .core.records import NO_CUDA, NO_TORCH, skip_test
 
         if plugin_marks(item) == _NO_MARKS:
             return
@@ -187,7 +182,7 @@ def _start_leak_guard(session: PluginSession) -> None:
     from .leak_guard import LeakGuard
 
     guard = LeakGuard(session.options.guard)
-    register(session.config.pluginmanager, guard, plugin_names.LEAK_GUARD)
+    register(session.config.pluginmanager, guard, PluginNames.LEAK_GUARD)
     session.config.add_cleanup(guard.close)
     session.take_in = guard.take_in
     session.take_baseline_early = guard.take_baseline_early
@@ -203,7 +198,7 @@ def _start_report(session: PluginSession) -> None:
     config, options = session.config, session.options
     report = ReportPlugin(session)
     report.start()
-    register(config.pluginmanager, report, plugin_names.REPORT)
+    register(config.pluginmanager, report, PluginNames.REPORT)
     start_crash_journal(config, xdist_controller=session.xdist_controller)
     if session.xdist_worker or session.xdist_controller:
         from .report.wire import RecordWire
@@ -217,7 +212,7 @@ def _start_report(session: PluginSession) -> None:
         from .report.writer import ReportWriter
 
         writer = ReportWriter(list(options.report), options.as_record())
-        register(config.pluginmanager, writer, plugin_names.REPORT_WRITER)
+        register(config.pluginmanager, writer, PluginNames.REPORT_WRITER)
 
 
 def _isolation(session: PluginSession) -> IsolationPlugin:

@@ -15,7 +15,7 @@ from ._torch import runtime
 from .core.fault_guard import Part
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
 from .core.options import applied_lines, plugin_options
-from .core.stash_keys import applied_by_key
+from .core.records import applied_by_key
 
 if TYPE_CHECKING:
     from .core.session import PluginSession
@@ -82,17 +82,15 @@ def _keeps_its_own(item: pytest.Item) -> bool:
     )
 
 
-def _asked_on(item: pytest.Item) -> str:
-    return ON_OPTION
-
-
 class CudagraphsOn:
     """``--cudagraph-on`` for the tests that run in this process: CUDA graphs on around each
     test (its threads carry them in), put back after it; through the leak guard's ``take_in``,
     neither is a change of the test's. A test in a test process of its own gets them there."""
 
     parts = (
-        Part(ON_OPTION, "CUDA graphs on for the tests of this process", honours=_asked_on),
+        Part(
+            ON_OPTION, "CUDA graphs on for the tests of this process", honours=lambda _: ON_OPTION
+        ),
         Part(ON_OPTION, "the header's line saying so", hooks=("pytest_report_collectionfinish",)),
     )
 

@@ -23,20 +23,21 @@ from typing import Any, Final
 
 import pytest
 
-from .entry_kinds import PROCESS_CRASH, TIMEOUT
 from .journal import NOTHING_READ, JournalReading, read_journal
 from .markers import SUBPROCESS_MARKER
 from .records import (
+    PROCESS_CRASH,
+    TIMEOUT,
     USER_PROPERTY,
     ErrorEntry,
     SettingEntry,
     TestRecord,
+    applied_by_key,
     error_entry,
     new_test_record,
     no_activity,
 )
 from .stacks import Dump, parse_stacks, split_dump
-from .stash_keys import applied_by_key
 
 TAIL_LINES: Final = 30
 CORE_DUMPED: Final = "its core was dumped (where the system's core_pattern says)"

@@ -17,15 +17,16 @@ from typing import Final
 import pytest
 
 from .._torch import faults, runtime
-from .entry_kinds import (
+from .records import (
     CAPTURE_CONFLICT,
     OVERWRITTEN_OUTPUT,
     POOL_LEAK,
     THREAD_ERROR,
     TLS_CORRUPT,
     TLS_MISSING,
+    ErrorEntry,
+    error_entry,
 )
-from .records import ErrorEntry, error_entry
 
 FIXED_IN: Final = (2, 13)
 FIX_PR: Final = "pytorch PR #184357"

@@ -1,4 +1,5 @@
-"""One guard over the plugin's own code, put on each part of the plugin where it is registered.
+"""One guard over the plugin's own code, put on each part of the plugin where ``plugin.py`` or a
+feature registers it.
 
 A part is what turns off on its own (``Part``); a plugin object's class names the parts it holds
 (``parts``). ``register`` puts each hook implementation of a plugin object under its part's
@@ -8,12 +9,10 @@ at each call, so a test's monkeypatch of the class reaches a registered part: th
 each hook fail so.
 
 What our code raises (a bug of ours, or a torch internal that moved) never becomes a test's
-outcome. The guard notes it in the torch boundary's fault table, the one place for such notes
-(``_torch.faults``: one ``CudagraphGuardWarning`` per session and part, naming the feature, the
-torch release and what is lost; the part is off for the rest of the session), adds a
-``plugin-error`` entry to the test's record, and the hook goes on as if the plugin were not
-there. Where the test asked the plugin for the part (a marker's threads or process, a fixture),
-the test fails instead, saying that the plugin failed: it never passes silently.
+outcome: the guard notes it (:func:`note_failure`, one ``CudagraphGuardWarning`` per session and
+part) and the hook goes on as if the plugin were not there. Where the test asked the plugin for
+the part (a marker's threads or process, a fixture), the test fails instead, saying that the
+plugin failed (:func:`_unhonoured`): it never passes silently.
 
 Deliberate outcomes pass through: pytest's outcomes (``pytest.fail``, ``skip``, ...), usage
 errors (``pytest.UsageError``, ``MarkerError``) and warnings raised as errors (``-W error``).
@@ -25,14 +24,11 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import pytest
 
 from .._torch import faults
-
-if TYPE_CHECKING:
-    from .records import ErrorEntry
 
 # Whether a test asked for what a part does: how it asked (a marker, an option), else None.
 Honours = Callable[[pytest.Item], "str | None"]
@@ -45,11 +41,10 @@ PLUGIN_ERROR_HINT: Final = (
 
 
 class Part(NamedTuple):
-    """A part of the plugin that turns off on its own: the feature it belongs to and what the
-    user does not get while it is off; which tests ask for it (they fail, naming the plugin,
-    where it fails; for them it is tried again for each test); whether nothing it serves can go
-    on without it; and, where an object holds several parts, the hooks (or fixtures) that are
-    this one's (the part that names none has the others)."""
+    """A part of the plugin that turns off on its own (its :class:`faults.Loss`); which tests ask
+    for it (they fail, naming the plugin, where it fails; for them it is tried again for each
+    test); whether nothing it serves can go on without it; and, where an object holds several
+    parts, the hooks (or fixtures) that are this one's (the part that names none has the others)."""
 
     feature: str
     loses: str
@@ -281,32 +276,25 @@ def note_failure(
     """A failure of our code: a notice of the torch boundary's, once for the session (that part
     stops, unless tests ask for it by name), warned at once (as configuration's, with
     ``config``), and a ``plugin-error`` entry on the record of the test it met."""
-    from .stash_keys import plugin_errors_key
+    from .diagnosis import short_traceback, type_name
+    from .records import PLUGIN_ERROR, error_entry, plugin_errors_key
     from .warnings import warn_torch_notices
 
     faults.note_internal_error(loss, error, stops=stops)
     if item is not None:
-        item.stash.setdefault(plugin_errors_key, []).append(plugin_error_record(loss, error))
+        entry = error_entry(
+            threading.current_thread().name,
+            type_name(error),
+            f"{loss.feature}: {loss.loses}: {error}",
+            kind=PLUGIN_ERROR,
+            hint=PLUGIN_ERROR_HINT,
+            traceback=short_traceback(error),
+        )
+        item.stash.setdefault(plugin_errors_key, []).append(entry)
     if config is None and item is not None:
         config = item.config
     nodeid = item.nodeid if item is not None else ""
     warn_torch_notices(config, when="config" if configuring else "runtest", nodeid=nodeid)
-
-
-def plugin_error_record(loss: faults.Loss, error: BaseException) -> ErrorEntry:
-    """The record's entry for a failure of the plugin's own code met in a test."""
-    from .diagnosis import short_traceback, type_name
-    from .entry_kinds import PLUGIN_ERROR
-    from .records import error_entry
-
-    return error_entry(
-        threading.current_thread().name,
-        type_name(error),
-        f"{loss.feature}: {loss.loses}: {error}",
-        kind=PLUGIN_ERROR,
-        hint=PLUGIN_ERROR_HINT,
-        traceback=short_traceback(error),
-    )
 
 
 # --- tests that asked for what failed -----------------------------------------------------------

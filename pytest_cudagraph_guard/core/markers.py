@@ -1,22 +1,27 @@
 """The plugin's markers: their names and documentation, which of them a test carries
 (:func:`plugin_marks`, read by ``plugin.py``, the features and the report), and what they ask
 for, every check made, once per test (:func:`checked_marks`, read where a marked test is set up
-or run: ``plugin.py``, ``threads.run``, ``isolation``)."""
+or run: ``plugin.py``, ``threads.run``, ``isolation``). Also the one rule for the name of an
+environment variable that the plugin sets in a test process (a marker's ``env``, read by
+:mod:`.options` for ini ``cudagraph_process_env`` too)."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
 import pytest
 
-from .env_names import ENV_NAME_RULE, is_env_name
+from .records import applied_by_key
 
 THREAD_MARKER: Final = "cudagraph_thread"
 SUBPROCESS_MARKER: Final = "cudagraph_subprocess"
 MAIN_THREAD_MARKER: Final = "cudagraph_main_thread"
 TLS_MODES: Final = ("native", "init")
+ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME_RULE: Final = "letters, digits and _, not starting with a digit"
 
 THREAD_MARKER_DOC: Final = (
     f"{THREAD_MARKER}(threads=1, *, timeout=60.0, trees=True, tls='native', "
@@ -121,13 +126,6 @@ def plugin_marks(item: pytest.Item) -> PluginMarks:
     return marks
 
 
-def applied_by_option(item: pytest.Item) -> str | None:
-    """The suite option that applied a marker of the plugin to ``item``; None: its own."""
-    from .stash_keys import applied_by_key
-
-    return item.stash.get(applied_by_key, None)
-
-
 def thread_marker_asked(item: pytest.Item) -> str | None:
     """How the test asked to run in the thread marker's threads, if it did."""
     return _asked(item, plugin_marks(item).thread, THREAD_MARKER)
@@ -145,7 +143,7 @@ def marker_asked(item: pytest.Item) -> str | None:
 def _asked(item: pytest.Item, mark: pytest.Mark | None, marker: str) -> str | None:
     if mark is None:
         return None
-    return applied_by_option(item) or f"@pytest.mark.{marker}"
+    return item.stash.get(applied_by_key, None) or f"@pytest.mark.{marker}"
 
 
 def checked_marks(
@@ -155,17 +153,16 @@ def checked_marks(
     *,
     torch_installed: Callable[[], bool] = lambda: True,
 ) -> CheckedMarks:
-    """The test's markers checked and read into options, once per test: its set-up (or the
-    process feature's protocol) checks them, its run reads them. ``default_timeout``:
-    ``--cudagraph-timeout``, where a marker gives none; ``cudagraphs_on``: ``--cudagraph-on``.
-    Markers that a suite option applied switch CUDA graphs on only under ``--cudagraph-on``
-    (threads never: they see the main thread's config), and without torch
-    (``torch_installed``, asked only then) their threads have nothing to ready."""
+    """The test's :class:`CheckedMarks`, made once. ``default_timeout``: ``--cudagraph-timeout``,
+    where a marker gives none; ``cudagraphs_on``: ``--cudagraph-on``. Markers that a suite option
+    applied switch CUDA graphs on only under ``--cudagraph-on`` (threads never: they see the main
+    thread's config), and without torch (``torch_installed``, asked only then) their threads
+    have nothing to ready."""
     checked = item.stash.get(_checked_key, None)
     if checked is not None:
         return checked
     marks = plugin_marks(item)
-    applied = applied_by_option(item)
+    applied = item.stash.get(applied_by_key, None)
     errors: list[str] = []
     thread = process = None
     misuse = _main_thread_misuse(marks)
@@ -319,3 +316,7 @@ def _check_env(value: object) -> tuple[tuple[str, str], ...]:
         if not is_env_name(key):
             raise MarkerError(f"argument 'env': {key!r} is not a variable name ({ENV_NAME_RULE})")
     return tuple(sorted(value.items()))
+
+
+def is_env_name(name: object) -> bool:
+    return isinstance(name, str) and ENV_NAME.fullmatch(name) is not None

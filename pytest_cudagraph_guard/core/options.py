@@ -11,13 +11,12 @@ import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
 
 import pytest
 
-from .entry_kinds import ALL_KINDS
-from .env_names import ENV_NAME_RULE, is_env_name
-from .markers import SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES
+from .markers import ENV_NAME_RULE, SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES, is_env_name
+from .records import ALL_KINDS
 
 if TYPE_CHECKING:
     from .records import OptionsRecord
@@ -110,20 +109,15 @@ class PluginOptions(NamedTuple):
     def as_record(self) -> OptionsRecord:
         """The options as the report's environment shows them (``settings`` is never on in a
         session that runs tests)."""
-        return {
-            "guard": self.guard,
+        record = {
+            **self._asdict(),
             "report": [str(fmt) for fmt in self.report],
-            "threads": self.threads,
-            "tls": self.tls,
-            "subprocess": self.subprocess,
-            "on": self.on,
-            "timeout": self.timeout,
             "fail_on": sorted(self.fail_on),
-            "cuda_ahead": self.cuda_ahead,
-            "spares": self.spares,
             "process_env": dict(self.process_env),
             "origins": {name: origin for name, origin in self.origins if name != "settings"},
         }
+        del record["settings"]
+        return cast("OptionsRecord", record)
 
 
 _options_key = pytest.StashKey[PluginOptions]()
@@ -387,8 +381,7 @@ DECLARED: Final = {
 
 
 def add_options(parser: pytest.Parser) -> None:
-    """``pytest_addoption``: each option of ``DECLARED`` on the command line, as an ini key, or
-    both."""
+    """Adds each option of ``DECLARED`` on the command line, as an ini key, or both."""
     group = parser.getgroup("cudagraph-guard", "CUDA graphs and torch config (cudagraph-guard)")
     for name, declared in DECLARED.items():
         if declared.help is not None:

@@ -1,11 +1,12 @@
 """What the plugin's features share in one session: one typed object, built by ``plugin.py`` in
 ``pytest_configure`` and read by each feature (``plugin_session``), so that no feature looks
-another up by name or depends on the order in which they are registered."""
+another up by name or depends on the order in which they are registered. Also the names that
+``plugin.py`` and the features register their plugin objects under (``PluginNames``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
@@ -21,15 +22,29 @@ TakeIn = Callable[[Callable[[], None]], None]
 test_process_key = pytest.StashKey[bool]()
 
 
+class PluginNames:
+    """The names under which the plugin registers its plugin objects (``--trace-config`` shows
+    them; nothing of the plugin looks one up: the features share a :class:`PluginSession`)."""
+
+    FEATURES: Final = "cudagraph_guard.features"
+    LEAK_GUARD: Final = "cudagraph_guard.leak_guard"
+    THREADS: Final = "cudagraph_guard.threads"
+    ISOLATION_RUNS: Final = "cudagraph_guard.isolation.runs"
+    REPORT: Final = "cudagraph_guard.report"
+    REPORT_WRITER: Final = "cudagraph_guard.report_writer"
+    SUITE: Final = "cudagraph_guard.suite"
+    CUDAGRAPHS_ON: Final = "cudagraph_guard.cudagraphs_on"
+    NOTICES: Final = "cudagraph_guard.notices"
+
+
 class PluginSession:
     """The session's options and what each feature offers the others."""
 
     def __init__(self, config: pytest.Config, options: PluginOptions, *, recording: bool) -> None:
         self.config = config
         self.options = options
-        # The leak guard's ``take_in``; None where the guard is off.
+        # The leak guard's methods of these names; None where the guard is off.
         self.take_in: TakeIn | None = None
-        # The leak guard's ``take_baseline_early``; None where the guard is off.
         self.take_baseline_early: Callable[[], None] | None = None
         # Whether this process keeps the tests' records (a report or ``--cudagraph-fail-on``).
         self.recording = recording

@@ -23,9 +23,8 @@ from _pytest.terminal import TerminalReporter  # pytest 8.0 exports no pytest.Te
 
 from .._torch import runtime
 from ..core.fault_guard import Part, guarded
-from ..core.records import TestRecord
+from ..core.records import TestRecord, journal_path_key
 from ..core.session import plugin_session, test_process_key
-from ..core.stash_keys import journal_path_key
 from ..core.warnings import CudagraphGuardWarning
 from . import distributions
 from .cuda import AHEAD

@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core import plugin_names
 from ..core.fault_guard import Part, register
 from ..core.markers import checked_marks, plugin_marks, subprocess_marker_asked
+from ..core.session import PluginNames, PluginSession
 
 if TYPE_CHECKING:
-    from ..core.session import PluginSession
     from .runner import TestRunner
 
 _isolation_key = pytest.StashKey["IsolationPlugin"]()
@@ -59,7 +58,7 @@ class IsolationPlugin:
     def start(self) -> None:
         manager = self.session.config.pluginmanager
         if not manager.is_registered(self):
-            register(manager, self, plugin_names.ISOLATION_RUNS)
+            register(manager, self, PluginNames.ISOLATION_RUNS)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(

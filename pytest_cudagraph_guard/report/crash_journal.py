@@ -31,7 +31,7 @@ from ..core.journal import (
     Action,
     JournalWriter,
 )
-from ..core.stash_keys import journal_path_key
+from ..core.records import journal_path_key
 from ..core.torch_env import UserEnvReader, user_torch_env
 
 # The events that change what the journal says a process is doing.

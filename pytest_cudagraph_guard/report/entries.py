@@ -11,9 +11,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..core.entry_kinds import FINDING_KINDS, PLUGIN_ERROR, UNCLASSIFIED
 from ..core.options import CUDAGRAPH_SKIP, LEAK
-from ..core.records import CompiledEntry, ErrorEntry, LeakEntry, SkipEntry, TestRecord
+from ..core.records import (
+    FINDING_KINDS,
+    PLUGIN_ERROR,
+    UNCLASSIFIED,
+    CompiledEntry,
+    ErrorEntry,
+    LeakEntry,
+    SkipEntry,
+    TestRecord,
+)
 
 # torch's reason when a graph's only device is the CPU: it names the devices other than the CPU,
 # and there are none.

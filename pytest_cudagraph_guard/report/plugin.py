@@ -18,23 +18,28 @@ from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser
 from ..core.fault_guard import Part
 from ..core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
-from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
 from ..core.records import (
     USER_PROPERTY,
     ErrorEntry,
     SettingEntry,
     TestRecord,
+    applied_by_key,
+    is_skip_or_xfail,
+    leaks_key,
     new_test_record,
     no_activity,
+    overall_outcome,
+    phase_outcome,
+    plugin_errors_key,
+    thread_run_key,
 )
 from ..core.settings import SettingsReader
-from ..core.stash_keys import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
 from ..core.torch_env import UserEnvReader
 from .activity import TestActivity, settings_as_acted
 
 if TYPE_CHECKING:
+    from ..core.records import ThreadRunFacts
     from ..core.session import PluginSession
-    from ..core.thread_run_facts import ThreadRunFacts
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER, MAIN_THREAD_MARKER)

@@ -8,8 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
-from ..core.entry_kinds import RERECORD
-from ..core.records import ReportSummary, TestRecord
+from ..core.records import RERECORD, ReportSummary, TestRecord
 from .entries import backends_text, entry_label, first_line, kind_name, skip_text
 
 TOP_REASONS: Final = 3

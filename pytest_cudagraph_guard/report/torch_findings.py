@@ -9,8 +9,14 @@ from typing import Any, NamedTuple
 
 from .._torch import events
 from ..core.diagnosis import rerecord_hint, slow_path_hint
-from ..core.entry_kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
-from ..core.records import ErrorEntry, error_entry
+from ..core.records import (
+    CONFIG_DIVERGENCE,
+    CROSS_THREAD_GRAPH,
+    RERECORD,
+    SLOW_PATH,
+    ErrorEntry,
+    error_entry,
+)
 from ..core.settings import default_entry, jsonable
 
 

@@ -1,6 +1,5 @@
-"""How the failures of a marked test's threads are raised (by :mod:`.run`): the first thread's
-exception, with notes naming every thread that failed alike and each other way the threads
-failed, once."""
+"""How the failures of a marked test's threads are raised (:func:`raise_failures`, by
+:mod:`.run`)."""
 
 from __future__ import annotations
 
@@ -10,9 +9,8 @@ import threading
 import traceback
 from typing import Any, Final
 
-from ..core.entry_kinds import THREAD_ERROR
 from ..core.markers import THREAD_MARKER
-from ..core.records import ErrorEntry
+from ..core.records import THREAD_ERROR, ErrorEntry
 
 SHORT_TRACEBACK_ENDS: Final = 2  # frames kept at each end of another thread's traceback
 _OURS: Final = os.path.dirname(__file__)

@@ -30,10 +30,9 @@ PLACEMENT_LOSS: Final = faults.Loss(
 
 
 class Placement:
-    """Pins the calling thread to its current CPU while it starts threads (which inherit that),
-    and gives each started thread the caller's CPUs back. Where code of ours fails at it, that
-    is noted once and threads start as ``Thread.start`` starts them for the rest of the
-    session."""
+    """Pins the calling thread to its current CPU while it starts threads (which inherit that);
+    where code of ours fails at it, that is noted once and threads start as usual for the rest
+    of the session."""
 
     def __init__(self) -> None:
         self.mask: set[int] | None = None  # the caller's CPUs while it is pinned

@@ -1,30 +1,38 @@
 """The thread marker's plugin objects, registered by ``plugin.py`` once a collected test
-carries the marker: run a marked test's call phase in its threads (:mod:`.run`)."""
+carries the marker: run a marked test's call phase in its threads (:mod:`.run`).
+
+Also ``unittest.TestCase`` tests in those threads: pytest runs such a test's ``setUp``, test method
+and ``tearDown`` together in the call phase; each thread does the same on its own shallow copy of
+the test case (so attributes that fixtures set on it are there), and what unittest records as an
+error, skip or expected failure is raised in that thread as pytest would report it."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import signal
 import threading
-from collections.abc import Generator
+import unittest
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core import plugin_names
 from ..core.fault_guard import Part, register
 from ..core.markers import plugin_marks, thread_marker_asked
+from ..core.session import PluginNames, PluginSession
 
 if TYPE_CHECKING:
-    from ..core.session import PluginSession
     from .run import ThreadSession
+
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType]
 
 _THREADS = Part("cudagraph_thread", "running marked tests in threads", honours=thread_marker_asked)
 
 
 def _unittest_case_asked(item: pytest.Item) -> str | None:
-    from .unittest_cases import is_unittest_case
-
     return thread_marker_asked(item) if is_unittest_case(item) else None
 
 
@@ -33,22 +41,23 @@ def start_threads(session: PluginSession, marked: list[pytest.Item]) -> None:
     ``unittest.TestCase`` tests where one of them is such a test): a session pays per test only
     for what its tests need."""
     from .run import ThreadSession
-    from .unittest_cases import is_unittest_case
 
     threads = ThreadSession(session)
     pluginmanager = session.config.pluginmanager
-    register(pluginmanager, ThreadedCalls(threads), f"{plugin_names.THREADS}.calls")
+    register(pluginmanager, ThreadedCalls(threads), f"{PluginNames.THREADS}.calls")
     if any(is_unittest_case(item) for item in marked):
-        register(pluginmanager, ThreadedCases(threads), f"{plugin_names.THREADS}.cases")
+        register(pluginmanager, ThreadedCases(threads), f"{PluginNames.THREADS}.cases")
 
 
-class ThreadedCalls:
+class _InThreads:
+    def __init__(self, session: ThreadSession) -> None:
+        self.session = session
+
+
+class ThreadedCalls(_InThreads):
     """Runs the call of each test function marked ``cudagraph_thread`` in the marker's threads."""
 
     parts = (_THREADS,)
-
-    def __init__(self, session: ThreadSession) -> None:
-        self.session = session
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
@@ -80,22 +89,79 @@ class ThreadedCalls:
         return item.ihook.pytest_timeout_set_timer(item=item, settings=as_signal)
 
 
-class ThreadedCases:
-    """Runs each marked ``unittest.TestCase`` test (whose ``setUp`` and ``tearDown`` pytest runs
-    in the call phase) in the marker's threads, through its ``runtest``."""
+class ThreadedCases(_InThreads):
+    """Runs each marked ``unittest.TestCase`` test in the marker's threads, through its
+    ``runtest``."""
 
     parts = (_THREADS._replace(honours=_unittest_case_asked),)
-
-    def __init__(self, session: ThreadSession) -> None:
-        self.session = session
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         __tracebackhide__ = True
         mark = plugin_marks(item)[0]
-        from .unittest_cases import is_unittest_case, unittest_case_in_threads
-
         if mark is None or not is_unittest_case(item):
             return (yield)
         with unittest_case_in_threads(item, functools.partial(self.session.run, item, mark)):
             return (yield)
+
+
+def is_unittest_case(item: pytest.Item) -> bool:
+    """By its class, which pytest knows from collection on (before 8.2 it makes the instance
+    only at the test's setup)."""
+    cls = getattr(item, "cls", None)
+    return isinstance(cls, type) and issubclass(cls, unittest.TestCase)
+
+
+@contextmanager
+def unittest_case_in_threads(
+    item: pytest.Item, run: Callable[[Callable[[], Any]], None]
+) -> Iterator[None]:
+    """For the duration of the call phase, makes ``item.runtest`` run the case in threads."""
+    case = getattr(item, "instance")  # noqa: B009 (typed as object on pytest.Item)
+
+    def runtest() -> None:
+        __tracebackhide__ = True
+        run(lambda: run_case(copy.copy(case)))
+
+    item.runtest = runtest  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del item.runtest
+
+
+def run_case(case: unittest.TestCase) -> None:
+    """Runs ``case`` and raises its first error, or its skip or expected failure as pytest's."""
+    __tracebackhide__ = True
+    result = _ThreadResult()
+    case.run(result)
+    if result.raised is not None:
+        raise result.raised
+    if result.outcome is not None:
+        raise result.outcome
+
+
+class _ThreadResult(unittest.TestResult):
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised: BaseException | None = None
+        self.outcome: BaseException | None = None
+
+    def addError(self, test: unittest.TestCase, err: Any) -> None:
+        self._keep(err)
+
+    def addFailure(self, test: unittest.TestCase, err: Any) -> None:
+        self._keep(err)
+
+    def addSkip(self, test: unittest.TestCase, reason: str) -> None:
+        self.outcome = self.outcome or pytest.skip.Exception(reason, _use_item_location=True)
+
+    def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:
+        self.outcome = self.outcome or pytest.xfail.Exception("expected failure")
+
+    def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:
+        self.outcome = self.outcome or pytest.fail.Exception("Unexpected success", pytrace=False)
+
+    def _keep(self, err: ExcInfo) -> None:
+        if self.raised is None:
+            self.raised = err[1]

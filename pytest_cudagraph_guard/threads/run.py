@@ -5,7 +5,7 @@ What every marked test of a session shares is found once (``ThreadSession``); pe
 the marker's arguments ask for is done. Code of ours that fails around the test's body is noted
 once and turned off for the session, and the body runs as it would without it; where the marker
 cannot be honoured (its threads cannot be readied as asked), the test fails saying that the plugin
-failed, not the test.
+failed, not the test. Also the wait until a joined thread's OS thread has ended.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import os
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -26,14 +27,17 @@ import pytest
 from .._torch import faults, runtime
 from ..core import config_diff, config_state
 from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
-from ..core.entry_kinds import TIMEOUT
 from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks
-from ..core.outcomes import is_skip_or_xfail
-from ..core.records import ErrorEntry, SettingEntry, error_entry
+from ..core.records import (
+    TIMEOUT,
+    ErrorEntry,
+    SettingEntry,
+    ThreadRunFacts,
+    error_entry,
+    is_skip_or_xfail,
+    thread_run_key,
+)
 from ..core.settings import SettingsReader, cudagraph_switches
-from ..core.stash_keys import thread_run_key
-from ..core.thread_run_facts import ThreadRunFacts
-from .exits import wait_until_exited
 from .failures import raise_failures
 from .placement import Placement, barrier
 
@@ -55,6 +59,11 @@ RESTORE_LOSS: Final = faults.Loss(THREAD_MARKER, "config that the threads set re
 EXIT_LOSS: Final = faults.Loss(
     THREAD_MARKER, "the test goes on once its threads' OS threads have ended, not before"
 )
+JOIN_WAITS_FOR_THE_OS_THREAD: Final = sys.version_info >= (3, 13)
+TASK_PATH: Final = "/proc/self/task/{}"
+EXIT_GRACE_S: Final = 2.0  # a thread id reused at once by a new thread costs at most this
+FIRST_PAUSE_S: Final = 0.00005
+LONGEST_PAUSE_S: Final = 0.001
 PLUGIN_FAILURE: Final = (
     "This is a failure of pytest-cudagraph-guard, not of the test; please report it with "
     "this traceback:"
@@ -64,9 +73,8 @@ Body = Callable[[], Any]
 
 
 class ThreadSession:
-    """What every marked test of a session runs with, found once: the default timeout, the
-    diagnose hook, the report's settings keys (None: nobody reports settings), and the parts
-    shared by the session's runs."""
+    """What every marked test of a session runs with, found once (``settings_keys`` None: nobody
+    reports settings)."""
 
     def __init__(self, session: PluginSession) -> None:
         self.settings_keys = session.settings_keys() if session.recording else None
@@ -162,8 +170,7 @@ class ThreadRun:
         self._conclude(stuck)
 
     def _prepare(self) -> contextvars.Context:
-        """What the marker promises its threads; where code of ours cannot do it, the test fails
-        saying so."""
+        """What the marker promises its threads (else :func:`fail_as_ours`)."""
         __tracebackhide__ = True
         from .._torch import cudagraph_settings
 
@@ -347,3 +354,28 @@ def _stack_of(frame: FrameType | None) -> str:
 def _timeout_record(thread_name: str, timeout: float) -> ErrorEntry:
     message = f"still running after {timeout:g} s"
     return error_entry(thread_name, "Timeout", message, kind=TIMEOUT, hint=timeout_hint(timeout))
+
+
+def wait_until_exited(threads: Iterable[threading.Thread]) -> None:
+    """Returns once each ended thread is gone from the kernel's list of this process's threads,
+    or after ``EXIT_GRACE_S``; at once where ``join()`` waited for that already or the OS has no
+    such list.
+
+    ``Thread.join()`` returns (on Python 3.12 and older) once the thread's Python state is freed;
+    the OS thread then still runs its C++ thread-local destructors. From 3.13 ``join()`` joins the
+    OS thread itself. Torch 2.11's (the compile and CUDA-graph state of a thread that compiled)
+    overlapping the main thread's next steps left the process to crash later in a garbage
+    collection (seen on the H200, with and without the plugin)."""
+    if JOIN_WAITS_FOR_THE_OS_THREAD or not sys.platform.startswith("linux"):
+        return
+    deadline = time.monotonic() + EXIT_GRACE_S
+    for thread in threads:
+        if thread.native_id is not None and not thread.is_alive():
+            _wait_for_task(TASK_PATH.format(thread.native_id), deadline)
+
+
+def _wait_for_task(task: str, deadline: float) -> None:
+    pause = FIRST_PAUSE_S
+    while os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(pause * 2, LONGEST_PAUSE_S)

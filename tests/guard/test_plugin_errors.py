@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph_guard.core.entry_kinds import PLUGIN_ERROR
 from pytest_cudagraph_guard.core.fault_guard import PLUGIN_ERROR_HINT
+from pytest_cudagraph_guard.core.records import PLUGIN_ERROR
 
 from ..helpers import records_by_name
 from .faults import AFTER, injected_message, make_faults

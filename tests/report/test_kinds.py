@@ -18,7 +18,7 @@ from pytest_cudagraph_guard._torch import observe, tree_events
 from pytest_cudagraph_guard._torch.events import RecordingStarted, Rerecorded, Skipped, TorchEvent
 from pytest_cudagraph_guard._torch.patches import Patches
 from pytest_cudagraph_guard.core.diagnosis import error_record
-from pytest_cudagraph_guard.core.entry_kinds import (
+from pytest_cudagraph_guard.core.records import (
     OVERWRITTEN_OUTPUT,
     POOL_LEAK,
     RERECORD,
