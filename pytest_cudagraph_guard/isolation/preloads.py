@@ -29,7 +29,9 @@ PRELOAD_FOR_COMPILING: Final = ("torch._dynamo", "torch._inductor.config")
 # Modules the zygote loads for its next test process without a trial fork: pytest's own and this
 # plugin's, which every session starts; less the plugin's that only the parent session runs.
 TRUSTED_PREFIXES: Final = ("_pytest.", "pluggy.", "pytest_cudagraph_guard.")
-PARENT_ONLY: Final = frozenset(f"{__package__}.{name}" for name in ("runner", "pool", "__main__"))
+PARENT_ONLY: Final = frozenset(
+    f"{__package__}.{name}" for name in ("runner", "pool", "waits", "folders", "__main__")
+)
 
 
 def trusted(name: str) -> bool:
