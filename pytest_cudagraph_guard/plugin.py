@@ -206,7 +206,7 @@ def _start_report(session: PluginSession) -> None:
     register(config.pluginmanager, report, plugin_names.REPORT)
     start_crash_journal(config, xdist_controller=session.xdist_controller)
     if session.xdist_worker or session.xdist_controller:
-        from .report.wire import RecordWire
+        from .report.writer import RecordWire
 
         register(config.pluginmanager, RecordWire(sending=session.xdist_worker))
     if getattr(config.option, "xmlpath", None):
