@@ -14,6 +14,7 @@ from .config_access import CUDAGRAPH_SWITCHES
 from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
 from .events import (
     AUDIENCE,
+    INDUCTOR_BACKEND,
     Compiled,
     CompileEnded,
     CompileOption,
@@ -27,7 +28,6 @@ from .patch_table import PATCHES
 from .patches import Patches, owner_class
 from .thread_names import thread_label
 
-INDUCTOR_BACKEND: Final = "inductor"
 # .function: the function dynamo compiles now; .options: the keys its compile's options set
 _COMPILING: Final = threading.local()
 
