@@ -122,7 +122,7 @@ _ROWS: Final = (
         "the per-thread FX tracing check (one thread's tracing can fail another's compiled call)",
     ),
     PatchRow(
-        "compile_events.compile_fx",
+        "observe.compile_fx",
         "torch._inductor.compile_fx",
         "compile_fx",
         "2.1+",
@@ -131,7 +131,7 @@ _ROWS: Final = (
         "compile counts and their options",
     ),
     PatchRow(
-        "compile_events.cudagraphify",
+        "observe.cudagraphify",
         "torch._inductor.compile_fx",
         "cudagraphify",
         "2.1+",
@@ -169,7 +169,7 @@ _ROWS: Final = (
         "and the cross-thread-graph finding",
     ),
     PatchRow(
-        "compile_events.backend",
+        "observe.backend",
         "torch._dynamo.output_graph.OutputGraph",
         "call_user_compiler",
         "2.1+",
