@@ -39,13 +39,19 @@ from .events import (
     emit,
 )
 from .faults import Loss, run_ours
-from .function_names import compiled_function, function_id_of, function_name
 from .import_hooks import OnEachImport
 from .patch_table import PATCHES
 from .patches import Patches, owner_class
 from .runtime import release_tuple
 from .thread_names import started_outside_python, thread_label
-from .tree_events import last_runtime_skip, patch_tree_events, running_function
+from .tree_events import (
+    compiled_function,
+    function_id_of,
+    function_name,
+    last_runtime_skip,
+    patch_tree_events,
+    running_function,
+)
 from .trees import CUDAGRAPH_TREES
 
 # From this release compile_fx keeps a compiled function's callable per thread, so no thread
