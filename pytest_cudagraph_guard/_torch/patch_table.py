@@ -84,7 +84,7 @@ _ROWS: Final = (
         "the main thread's CUDA graph trees state after a worker thread imported them first",
     ),
     PatchRow(
-        "readiness.lock_manager_init",
+        "trees.lock_manager_init",
         _MANAGER,
         "__init__",
         "2.1-2.12",
@@ -93,7 +93,7 @@ _ROWS: Final = (
         _LOCKED_LOSES,
     ),
     PatchRow(
-        "readiness.lock_run_eager",
+        "trees.lock_run_eager",
         _MANAGER,
         "run_eager",
         "2.1-2.12",
@@ -102,7 +102,7 @@ _ROWS: Final = (
         _LOCKED_LOSES,
     ),
     PatchRow(
-        "readiness.lock_record_function",
+        "trees.lock_record_function",
         _MANAGER,
         "record_function",
         "2.1-2.12",
@@ -111,7 +111,7 @@ _ROWS: Final = (
         _LOCKED_LOSES,
     ),
     PatchRow(
-        "readiness.fx_tracing_check",
+        "trees.fx_tracing_check",
         "torch.fx._symbolic_trace",
         "is_fx_symbolic_tracing",
         "2.9+ (before, dynamo consults is_fx_tracing, which is not replaced)",

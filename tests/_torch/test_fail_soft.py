@@ -174,20 +174,20 @@ FAULTS = {
         _TREES_AS_BEFORE + "after_import(TREES, delete('', 'get_obj'))\n",
         stops=("each thread's CUDAGraph Trees state freed",),
     ),
-    "readiness.lock_manager_init": Fault(
+    "trees.lock_manager_init": Fault(
         "CUDAGraphTreeManager.__init__",
         _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n",
     ),
-    "readiness.lock_run_eager": Fault(
+    "trees.lock_run_eager": Fault(
         "CUDAGraphTreeManager.run_eager",
         _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', 'run_eager'))\n",
     ),
-    "readiness.lock_record_function": Fault(
+    "trees.lock_record_function": Fault(
         "CUDAGraphTreeManager.record_function",
         _TREES_AS_BEFORE
         + "after_import(TREES, delete('CUDAGraphTreeManager', 'record_function'))\n",
     ),
-    "readiness.fx_tracing_check": Fault(
+    "trees.fx_tracing_check": Fault(
         "is_fx_symbolic_tracing",
         "after_import('torch.fx._symbolic_trace', delete('', 'is_fx_symbolic_tracing'))\n",
         breaks=("test_compiles", "test_threads"),
