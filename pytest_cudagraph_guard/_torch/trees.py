@@ -101,11 +101,14 @@ def serializes_captures(trees: ModuleType) -> bool:
 
 
 def ensure_cudagraph_tls() -> bool:
-    """Makes CUDAGraph Trees usable in the calling thread; True if state had to be created.
+    """Makes CUDAGraph Trees usable in the calling thread, as torch 2.13 does by itself (the
+    package's public ``ensure_cudagraph_tls``).
 
-    The same as torch 2.13's ``_initialize_tls``: a dict of tree managers and a dict of locks,
-    kept on the module's ``threading.local`` and stashed in torch's C++ thread-local objects so
-    that autograd's threads receive them. State that autograd propagated is never replaced.
+    Returns True if the thread's state had to be created, False if it was there already. Safe to
+    call anywhere, any number of times; imports torch. The same as torch 2.13's
+    ``_initialize_tls``: a dict of tree managers and a dict of locks, kept on the module's
+    ``threading.local`` and stashed in torch's C++ thread-local objects so that autograd's
+    threads receive them. State that autograd propagated is never replaced.
     """
     trees = import_cudagraph_trees()
     stash = sys.modules["torch"]._C
