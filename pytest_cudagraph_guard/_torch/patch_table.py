@@ -20,7 +20,7 @@ class PatchRow(NamedTuple):
     releases: str  # the torch releases where it is replaced
     feature: str
     why: str
-    loses: str  # what the user no longer gets where it cannot be applied
+    loses: str  # what the user goes without where it cannot be applied
 
     def owners(self) -> tuple[str, ...]:
         return tuple(part.strip() for part in self.owner.split("|"))
