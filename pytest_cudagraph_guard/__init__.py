@@ -1,8 +1,7 @@
 """pytest-cudagraph-guard: test torch.compile code that uses CUDA graphs, from any thread.
 
 Importing this package imports nothing else of the plugin's and never torch: each public name
-loads its module when first used. PYTEST_DONT_REWRITE: the plugin has no asserts for pytest to
-rewrite, so its modules load through Python's own importer (:func:`_load_without_rewriting`).
+loads its module when first used. PYTEST_DONT_REWRITE (:func:`_load_without_rewriting`).
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
+    from ._torch.trees import ensure_cudagraph_tls
     from .core.config_guard import ConfigGuard, ConfigKeyError
     from .core.diagnosis import Diagnosis, diagnose
     from .core.settings import Setting, effective_settings
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 # Each public name and the module that defines it.
 _MODULE_OF: Final = {
+    "ensure_cudagraph_tls": "_torch.trees",
     "ConfigGuard": "core.config_guard",
     "ConfigKeyError": "core.config_guard",
     "CudagraphConfigLeakWarning": "core.warnings",
@@ -56,17 +57,6 @@ def _load_without_rewriting() -> None:
             marked -= ours
             for name in ours:
                 answers.pop(name, None)
-
-
-def ensure_cudagraph_tls() -> bool:
-    """Makes CUDAGraph Trees usable in the calling thread, as torch 2.13 does by itself.
-
-    Returns True if the thread's state had to be created, False if it was there already. Safe to
-    call anywhere, any number of times; imports torch.
-    """
-    from ._torch import trees
-
-    return trees.ensure_cudagraph_tls()
 
 
 def __getattr__(name: str) -> Any:

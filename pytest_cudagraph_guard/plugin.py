@@ -161,12 +161,14 @@ class Features:
         if plugin_marks(item) == _NO_MARKS:
             return
         options = plugin_options(item.config)
-        checked = checked_marks(item, options.timeout, options.on, torch_installed=_torch_installed)
+        checked = checked_marks(
+            item, options.timeout, options.on, torch_installed=runtime.torch_installed
+        )
         if checked.error is not None:
             pytest.fail(checked.error, pytrace=False)
         if checked.thread is None and checked.process is None:
             return
-        if not _torch_installed():
+        if not runtime.torch_installed():
             if checked.applied_by is None:
                 skip_test(NO_TORCH)
             return
@@ -201,7 +203,7 @@ def _start_report(session: PluginSession) -> None:
     register(config.pluginmanager, report, PluginNames.REPORT)
     start_crash_journal(config, xdist_controller=session.xdist_controller)
     if session.xdist_worker or session.xdist_controller:
-        from .report.wire import RecordWire
+        from .report.writer import RecordWire
 
         register(config.pluginmanager, RecordWire(sending=session.xdist_worker))
     if getattr(config.option, "xmlpath", None):
@@ -230,13 +232,3 @@ def _names_marker(module: pytest.Module) -> bool:
         return SUBPROCESS_MARKER.encode() in module.path.read_bytes()
     except OSError:
         return False
-
-
-def _torch_installed() -> bool:
-    from ._torch import runtime
-
-    try:
-        runtime.import_torch()
-    except runtime.TorchNotInstalled:
-        return False
-    return True

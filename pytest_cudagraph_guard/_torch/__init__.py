@@ -6,8 +6,6 @@ the boundary it needs.
 
 Nothing here imports torch at module level: every function that needs torch takes it from
 ``sys.modules`` or imports it on demand (``runtime.import_torch``), so that loading the plugin
-stays free. Every torch attribute the plugin replaces is a row of ``patch_table.PATCHES``. Where
-torch is not as a row expects, or code of ours fails inside a torch call, only that row's part
-stops and ``faults`` keeps one notice for it (``faults.take_notices``), which the package
-delivers as a warning.
+stays free. Every torch attribute the plugin replaces is a row of ``patch_table.PATCHES``; where
+one fails, ``faults`` stops only its part.
 """

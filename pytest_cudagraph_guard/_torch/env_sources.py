@@ -8,21 +8,11 @@ import functools
 import inspect
 import os
 import sys
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from .runtime import import_quietly, torch_loaded
 
-if TYPE_CHECKING:
-    from .config_access import ConfigAccess
-
 ENV_NAME_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_")
-
-
-def env_names(config: ConfigAccess) -> dict[str, list[str]]:
-    """``{dotted key: [environment variables]}`` that torch reads for a key, found in the config
-    module's source: ``Config(env_name_default=..., env_name_force=...)`` and the import-time
-    ``os.environ.get("NAME") == "1"`` defaults."""
-    return _env_names_by_key(config.name)
 
 
 @functools.cache
@@ -64,7 +54,10 @@ def _variable_names(node: ast.AST) -> list[str]:
 
 
 @functools.cache
-def _env_names_by_key(module_name: str) -> dict[str, list[str]]:
+def env_names(module_name: str) -> dict[str, list[str]]:
+    """``{dotted key: [environment variables]}`` that torch reads for a key of a config module:
+    ``Config(env_name_default=..., env_name_force=...)`` and the import-time
+    ``os.environ.get("NAME") == "1"`` defaults."""
     found: dict[str, list[str]] = {}
 
     def visit(body: list[ast.stmt], prefix: str) -> None:

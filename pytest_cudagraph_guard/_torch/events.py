@@ -18,6 +18,7 @@ from typing import Any, Final
 CompileOption = bool | int | float | str
 # Config keys with the values torch acts under, of whatever type torch gives them.
 ConfigValues = dict[str, object]
+INDUCTOR_BACKEND: Final = "inductor"  # ``Compiled.backend`` of inductor's compiles
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,7 @@
-"""Observing what torch does with CUDA graphs: compiles (``compile_events``), cudagraph
-wrapping, skips, recordings, replays, and graphs an earlier test compiled.
+"""Observing what torch does with CUDA graphs: compiles (every backend dynamo calls, with the
+function it compiles, and every inductor compile with its options), cudagraph wrapping, skips,
+recordings, replays, and graphs an earlier test compiled; :mod:`.tree_events` adds CUDAGraph
+Trees' own decisions. Started and stopped by the report (its plugin and its crash journal).
 
 Wrappers around the functions that every compile and capture goes through, installed only while
 a report is wanted. Each calls back with a typed event (``events``); the wrapped call is
@@ -17,11 +19,17 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
-from .compile_events import compiling_now, patch_compile_fx, patch_output_graph, settings_moment
-from .cudagraph_settings import cudagraph_settings_here
+from .config_access import CUDAGRAPH_SWITCHES
+from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
 from .events import (
     AUDIENCE,
+    INDUCTOR_BACKEND,
+    Compiled,
+    CompileEnded,
+    CompileOption,
+    ConfigValues,
     CrossThread,
+    Cudagraphified,
     GraphOrigin,
     Observer,
     RanEarlierGraph,
@@ -31,18 +39,107 @@ from .events import (
     emit,
 )
 from .faults import Loss, run_ours
-from .function_names import function_id_of, function_name
 from .import_hooks import OnEachImport
 from .patch_table import PATCHES
 from .patches import Patches, owner_class
 from .runtime import release_tuple
 from .thread_names import started_outside_python, thread_label
-from .tree_events import last_runtime_skip, patch_tree_events, running_function
+from .tree_events import (
+    compiled_function,
+    function_id_of,
+    function_name,
+    last_runtime_skip,
+    patch_tree_events,
+    running_function,
+)
 from .trees import CUDAGRAPH_TREES
 
 # From this release compile_fx keeps a compiled function's callable per thread, so no thread
 # runs graphs through another thread's tree manager.
 PER_THREAD_CALLABLES: Final = (2, 13)
+# .function: the function dynamo compiles now; .options: the keys its compile's options set
+_COMPILING: Final = threading.local()
+
+
+def compiling_now() -> tuple[str | None, frozenset[str]]:
+    """The function this thread compiles now and the keys its compile's options set."""
+    return getattr(_COMPILING, "function", None), getattr(_COMPILING, "options", frozenset())
+
+
+def settings_moment() -> ConfigValues:
+    """The settings as torch acts now, in the acting thread; the test has its first moment."""
+    AUDIENCE.settings_wanted = False
+    return cudagraph_settings_here()
+
+
+def options_of(config_patches: object) -> dict[str, CompileOption]:
+    if not isinstance(config_patches, dict):
+        return {}
+    return {str(k): v for k, v in config_patches.items() if isinstance(v, (bool, int, float, str))}
+
+
+def _on_compile_fx(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    options = options_of(kwargs.get("config_patches"))
+    if options:
+        _COMPILING.options = frozenset(options)
+    if options or not kwargs.get("inner_compile"):
+        function = getattr(_COMPILING, "function", None)
+        settings = settings_moment()
+        emit(Compiled(thread_label(), INDUCTOR_BACKEND, options, settings, function))
+
+
+def backend_name(compiler_fn: object) -> str:
+    """A torch.compile backend as the user named it: its registered name or its callable's."""
+    name = getattr(compiler_fn, "__name__", None) or getattr(compiler_fn, "compiler_name", None)
+    return str(name or type(compiler_fn).__name__)
+
+
+def _observed_user_compiler(call_user_compiler: Any) -> Any:
+    """Dynamo's call of the backend, with the function it compiles; inductor's compiles are seen
+    (with their options) in ``compile_fx``, inside this call."""
+    loss = PATCHES["observe.backend"].loss
+
+    def observe(output_graph: Any) -> None:
+        function = compiled_function(output_graph)
+        _COMPILING.function = function
+        name = backend_name(getattr(output_graph, "compiler_fn", None))
+        if name != INDUCTOR_BACKEND:
+            emit(Compiled(thread_label(), name, {}, cudagraph_settings_here(), function))
+
+    def observe_end(output_graph: Any) -> None:
+        name = backend_name(getattr(output_graph, "compiler_fn", None))
+        emit(CompileEnded(thread_label(), name, getattr(_COMPILING, "function", None)))
+
+    @functools.wraps(call_user_compiler)
+    def call_user_compiler_observed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outer, outer_options = compiling_now()  # a compile that started inside another
+        _COMPILING.options = frozenset()
+        run_ours(loss, observe, self)
+        try:
+            compiled = call_user_compiler(self, *args, **kwargs)
+            run_ours(loss, observe_end, self)
+            return compiled
+        finally:
+            _COMPILING.function, _COMPILING.options = outer, outer_options
+
+    return call_user_compiler_observed
+
+
+def _on_cudagraphify(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    trees = cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])
+    emit(Cudagraphified(thread_label(), trees))
+
+
+def _patch_compile_fx(module: ModuleType, patches: Patches) -> None:
+    patches.observe(PATCHES["observe.compile_fx"], module, _on_compile_fx)
+    patches.observe(PATCHES["observe.cudagraphify"], module, _on_cudagraphify)
+
+
+def _patch_output_graph(module: ModuleType, patches: Patches) -> None:
+    row = PATCHES["observe.backend"]
+    output_graph = owner_class(module, "OutputGraph", row)
+    if output_graph is not None:
+        patches.apply(row, output_graph, _observed_user_compiler)
 
 
 class _ObservationState:
@@ -275,8 +372,8 @@ def _patch_graphs(module: ModuleType, patches: Patches) -> None:
 
 
 _OBSERVED_MODULES: Final[dict[str, Callable[[ModuleType, Patches], None]]] = {
-    "torch._inductor.compile_fx": patch_compile_fx,
-    "torch._dynamo.output_graph": patch_output_graph,
+    "torch._inductor.compile_fx": _patch_compile_fx,
+    "torch._dynamo.output_graph": _patch_output_graph,
     "torch._inductor.output_code": _patch_compiled_graph,
     "torch._inductor.codecache": _patch_compiled_graph,
     CUDAGRAPH_TREES: _patch_trees,

@@ -20,7 +20,7 @@ class PatchRow(NamedTuple):
     releases: str  # the torch releases where it is replaced
     feature: str
     why: str
-    loses: str  # what the user no longer gets where it cannot be applied
+    loses: str  # what the user goes without where it cannot be applied
 
     def owners(self) -> tuple[str, ...]:
         return tuple(part.strip() for part in self.owner.split("|"))
@@ -84,7 +84,7 @@ _ROWS: Final = (
         "the main thread's CUDA graph trees state after a worker thread imported them first",
     ),
     PatchRow(
-        "readiness.lock_manager_init",
+        "trees.lock_manager_init",
         _MANAGER,
         "__init__",
         "2.1-2.12",
@@ -93,7 +93,7 @@ _ROWS: Final = (
         _LOCKED_LOSES,
     ),
     PatchRow(
-        "readiness.lock_run_eager",
+        "trees.lock_run_eager",
         _MANAGER,
         "run_eager",
         "2.1-2.12",
@@ -102,7 +102,7 @@ _ROWS: Final = (
         _LOCKED_LOSES,
     ),
     PatchRow(
-        "readiness.lock_record_function",
+        "trees.lock_record_function",
         _MANAGER,
         "record_function",
         "2.1-2.12",
@@ -111,7 +111,7 @@ _ROWS: Final = (
         _LOCKED_LOSES,
     ),
     PatchRow(
-        "readiness.fx_tracing_check",
+        "trees.fx_tracing_check",
         "torch.fx._symbolic_trace",
         "is_fx_symbolic_tracing",
         "2.9+ (before, dynamo consults is_fx_tracing, which is not replaced)",
@@ -122,7 +122,7 @@ _ROWS: Final = (
         "the per-thread FX tracing check (one thread's tracing can fail another's compiled call)",
     ),
     PatchRow(
-        "compile_events.compile_fx",
+        "observe.compile_fx",
         "torch._inductor.compile_fx",
         "compile_fx",
         "2.1+",
@@ -131,7 +131,7 @@ _ROWS: Final = (
         "compile counts and their options",
     ),
     PatchRow(
-        "compile_events.cudagraphify",
+        "observe.cudagraphify",
         "torch._inductor.compile_fx",
         "cudagraphify",
         "2.1+",
@@ -169,7 +169,7 @@ _ROWS: Final = (
         "and the cross-thread-graph finding",
     ),
     PatchRow(
-        "compile_events.backend",
+        "observe.backend",
         "torch._dynamo.output_graph.OutputGraph",
         "call_user_compiler",
         "2.1+",

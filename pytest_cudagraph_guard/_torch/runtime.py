@@ -42,6 +42,15 @@ def import_torch() -> ModuleType:
         raise TorchNotInstalled("torch is not installed") from exc
 
 
+def torch_installed() -> bool:
+    """Whether torch can be imported; imports it where the session has not."""
+    try:
+        import_torch()
+    except TorchNotInstalled:
+        return False
+    return True
+
+
 def torch_version() -> str | None:
     torch = sys.modules.get("torch")
     return None if torch is None else str(getattr(torch, "__version__", "unknown"))

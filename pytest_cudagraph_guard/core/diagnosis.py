@@ -172,7 +172,7 @@ def tls_missing_hint() -> str:
 
 
 def capture_conflict_hint() -> str:
-    from .._torch import readiness
+    from .._torch import trees
 
     if runtime.release_tuple() >= FIXED_IN:
         return (
@@ -181,7 +181,7 @@ def capture_conflict_hint() -> str:
             "synchronize() or replays in other threads: keep them off the device while one "
             "thread captures"
         )
-    if readiness.serializes_captures_for_threads():
+    if trees.serializes_captures_for_threads():
         return (
             "CUDA graph capture overlapped with CUDA work in another thread; cudagraph_thread"
             "(tls='init') serializes CUDAGraph Trees' warm-up and capture here, as torch 2.13's "

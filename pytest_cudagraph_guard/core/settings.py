@@ -42,7 +42,7 @@ def effective_settings(extra_keys: Iterable[str] = ()) -> dict[str, Setting]:
     config = config_access.import_config(config_access.INDUCTOR_CONFIG)
     # Reading which variables set which key parses torch's config source: only worth it when
     # one of torch's variables is set at all.
-    names = env_sources.env_names(config) if environ_stamp() else {}
+    names = env_sources.env_names(config.name) if environ_stamp() else {}
     keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
     found = {}
     for key in dict.fromkeys(keys):
@@ -133,7 +133,7 @@ def default_entry(key: str) -> SettingEntry | None:
     if config is None or not config.has_key(key):
         return None
     value = config.effective(key, values.RawEntry(values.UNSET, config.raw(key).default, False))
-    names = env_sources.env_names(config) if environ_stamp() else {}
+    names = env_sources.env_names(config.name) if environ_stamp() else {}
     source = next((f"env:{name}" for name in names.get(key, []) if name in os.environ), None)
     return setting_entry(jsonable(value), source or "default")
 
@@ -178,9 +178,7 @@ def env_read_by_torch() -> dict[str, str | None]:
 
 def print_settings() -> None:
     """``pytest --cudagraph-settings``: what this process would compile with, and why."""
-    try:
-        runtime.import_torch()
-    except runtime.TorchNotInstalled:
+    if not runtime.torch_installed():
         print("torch is not installed: no cudagraph settings to show")
         return
     from .._torch import config_access, trees

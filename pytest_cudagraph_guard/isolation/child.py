@@ -158,11 +158,7 @@ def _die_with_parent() -> None:
 
 
 def _run_session(child: SubprocessChild) -> int:
-    try:
-        runtime.import_torch()
-    except runtime.TorchNotInstalled:
-        pass  # the plugin skips a marked test, as it does in the parent
-    else:
+    if runtime.torch_installed():  # else the plugin skips a marked test, as in the parent
         apply = child.apply_cudagraph_settings
         if child.request["switches"]:
             from .._torch import config_access, cudagraph_settings, import_hooks

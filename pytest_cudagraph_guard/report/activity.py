@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from .._torch import events
+from .._torch.config_access import CUDAGRAPH_SWITCHES
 from ..core.records import (
     Activity,
     CompiledEntry,
@@ -30,19 +31,14 @@ from ..core.records import (
 )
 from ..core.settings import default_entry, jsonable
 from .torch_findings import (
-    CrossThreadRun,
-    Seen,
     cross_thread_entry,
     divergence_entry,
     earlier_divergence_entry,
-    rerecord_entry,
-    slow_path_entry,
+    repeated_entry,
 )
 
-INDUCTOR: Final = "inductor"
 CUDAGRAPHS_BACKEND: Final = "cudagraphs"
-CUDAGRAPHS_KEY: Final = "triton.cudagraphs"
-TREES_KEY: Final = "triton.cudagraph_trees"
+CUDAGRAPHS_KEY, TREES_KEY = CUDAGRAPH_SWITCHES
 COMPILE_SOURCE: Final = "compile"
 TEST_SOURCE: Final = "test"
 
@@ -61,7 +57,7 @@ class Compile(NamedTuple):
     def wants_cudagraphs(self) -> bool:
         if self.backend == CUDAGRAPHS_BACKEND:
             return True
-        return self.backend == INDUCTOR and bool(self.effective(CUDAGRAPHS_KEY))
+        return self.backend == events.INDUCTOR_BACKEND and bool(self.effective(CUDAGRAPHS_KEY))
 
 
 class Moment(NamedTuple):
@@ -87,10 +83,10 @@ class TestActivity:
         self.recorded: Counter[str] = Counter()
         self.replays: Counter[str] = Counter()
         self.skips: list[SkipEntry] = []
-        self.cross_thread: dict[CrossThreadRun, None] = {}
+        self.cross_thread: dict[events.CrossThread, None] = {}
         self.moments: list[Moment] = []
-        self.rerecords: Counter[Seen] = Counter()
-        self.slow_paths: Counter[Seen] = Counter()
+        self.rerecords: Counter[events.Rerecorded] = Counter()
+        self.slow_paths: Counter[events.SlowPath] = Counter()
         self.earlier_compiled = 0
         self.earlier_graphs: set[int] = set()
         self.earlier_runs: list[tuple[str, events.GraphOrigin]] = []  # (thread, where it was made)
@@ -101,7 +97,7 @@ class TestActivity:
             case events.Compiled():
                 compiled = Compile(event.thread, event.backend, event.options, event.settings)
                 self.compiled.append(compiled)
-                if event.backend == INDUCTOR:
+                if event.backend == events.INDUCTOR_BACKEND:
                     values = {key: compiled.effective(key) for key in event.settings}
                     self.moments.append(Moment(event.thread, values, frozenset(event.options)))
             case events.Cudagraphified():
@@ -116,12 +112,11 @@ class TestActivity:
             case events.Skipped():
                 self.skips.append(SkipEntry(thread=event.thread, reason=event.reason))
             case events.CrossThread():
-                run = CrossThreadRun(event.thread, event.creator, event.function)
-                self.cross_thread[run] = None
+                self.cross_thread[event] = None
             case events.Rerecorded():
-                self.rerecords[Seen(event.thread, event.function, event.reason)] += 1
+                self.rerecords[event] += 1
             case events.SlowPath():
-                self.slow_paths[Seen(event.thread, event.function, event.reason)] += 1
+                self.slow_paths[event] += 1
             case events.RanEarlierGraph():
                 self._ran_earlier_graph(event)
 
@@ -151,8 +146,8 @@ class TestActivity:
         with the count)."""
         return [
             *(cross_thread_entry(run) for run in self.cross_thread),
-            *(rerecord_entry(seen, count) for seen, count in self.rerecords.items()),
-            *(slow_path_entry(seen, count) for seen, count in self.slow_paths.items()),
+            *(repeated_entry(seen, count) for seen, count in self.rerecords.items()),
+            *(repeated_entry(seen, count) for seen, count in self.slow_paths.items()),
         ]
 
     def as_record(self) -> Activity:
@@ -195,7 +190,7 @@ class TestActivity:
         found = [
             divergence_entry(c.thread, key, seen, wanted)
             for c in self.compiled
-            if c.thread != main and c.backend == INDUCTOR
+            if c.thread != main and c.backend == events.INDUCTOR_BACKEND
             for key, seen, wanted in self._diverging(c.thread, c.settings, c.options, *switches)
         ]
         found += [

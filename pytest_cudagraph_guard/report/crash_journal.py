@@ -1,10 +1,7 @@
-"""What a death is read from (:mod:`..core.death`), written where tests run; registered by the
-report (``plugin._start_report``). ``CrashJournal`` writes the journal of :mod:`..core.journal`
-in a ``cudagraph_subprocess`` test process or a pytest-xdist worker whose controller asked for
-it; ``WorkerFaults`` points such a worker's fault handler at a file (its stderr reaches no test's
-failure); on xdist's controller, ``WorkerCrashes`` gives each worker both files (a replaced
-worker gets a new id, so each worker's files are its own) and hands a test whose worker died to
-:func:`..core.death.worker_died`. The controller's hooks are optional: xdist may be absent.
+"""What a death is read from (:mod:`..core.death`), written where tests run: the journal of
+:mod:`..core.journal` and an xdist worker's fault handler's file, which xdist's controller gives
+each worker (a replaced worker gets a new id, so each worker's files are its own). Registered by
+the report (``plugin._start_report``). The controller's hooks are optional: xdist may be absent.
 """
 
 from __future__ import annotations

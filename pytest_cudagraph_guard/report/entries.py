@@ -1,7 +1,6 @@
 """A record's entries as text, the same in every format: torch's messages cut to one line, its
 CPU-only skip said as such, and the identical entries of several threads as one group
-(``skip x4 [drafter-0..3]: ...``). Read by :mod:`.render`, :mod:`.junit` and
-:mod:`.summary`."""
+(``skip x4 [drafter-0..3]: ...``). Read by :mod:`.render` and :mod:`.junit`."""
 
 from __future__ import annotations
 

@@ -60,9 +60,7 @@ test_state_key = pytest.StashKey[TestState]()
 
 
 class ReportPlugin:
-    """Observes each test where it runs and builds its record; registered while a report is
-    asked for or ``--cudagraph-fail-on`` needs the records. Errors of threads that a test
-    started itself reach the record through ``threading.excepthook``."""
+    """Observes each test where it runs and builds its record."""
 
     parts = (Part("--cudagraph-report", "the records of tests"),)
 
@@ -288,11 +286,10 @@ _WATCHING = faults.Loss("--cudagraph-report", "errors of threads that tests star
 class ThreadExceptionWatch:
     """Keeps the error entry of each exception that ended a thread, until drained.
 
-    Its hook is installed for the session and chains to the hook it found (pytest's own, which
-    turns them into ``PytestUnhandledThreadExceptionWarning``), always called after ours and put
-    back at the session's end. pytest before 8.4
-    puts a hook of its own in place for each test phase; ``cover_phase`` then puts one of ours
-    in front of it for that phase, so those errors are seen too."""
+    Its hook is installed for the session, chained to the hook it found (pytest's own, which
+    turns them into ``PytestUnhandledThreadExceptionWarning``), and put back at the session's
+    end. pytest before 8.4 puts a hook of its own in place for each test phase; ``cover_phase``
+    then puts one of ours in front of it for that phase, so those errors are seen too."""
 
     def __init__(self, diagnose_hook: DiagnoseHook) -> None:
         self._diagnose_hook = diagnose_hook

@@ -5,7 +5,7 @@ one entry with its count. Made by :mod:`.activity`."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._torch import events
 from ..core.diagnosis import rerecord_hint, slow_path_hint
@@ -20,23 +20,7 @@ from ..core.records import (
 from ..core.settings import default_entry, jsonable
 
 
-class CrossThreadRun(NamedTuple):
-    """A compiled function run in ``thread`` through the tree manager ``creator`` created."""
-
-    thread: str
-    creator: str
-    function: str
-
-
-class Seen(NamedTuple):
-    """A finding of torch's about a function, in a thread, for a reason."""
-
-    thread: str
-    function: str
-    reason: str
-
-
-def cross_thread_entry(run: CrossThreadRun) -> ErrorEntry:
+def cross_thread_entry(run: events.CrossThread) -> ErrorEntry:
     message = (
         f"{run.function} ran its CUDA graphs in thread {run.thread!r} through the CUDAGraph "
         f"Trees manager of thread {run.creator!r}"
@@ -108,23 +92,13 @@ def _divergence_hint(key: str, seen: Any) -> str:
     )
 
 
-def rerecord_entry(seen: Seen, count: int) -> ErrorEntry:
-    message = (
-        f"torch recorded the CUDA graph of {seen.function} again ({_times(count)} in this "
-        f"test): {seen.reason}"
-    )
-    hint = rerecord_hint(seen.reason)
-    return error_entry(seen.thread, "Rerecord", message, kind=RERECORD, hint=hint)
-
-
-def slow_path_entry(seen: Seen, count: int) -> ErrorEntry:
-    message = (
-        f"{seen.function} left the CUDA-graph fast path ({_times(count)} in this test): "
-        f"{seen.reason}"
-    )
-    hint = slow_path_hint(seen.reason)
-    return error_entry(seen.thread, "SlowPath", message, kind=SLOW_PATH, hint=hint)
-
-
-def _times(count: int) -> str:
-    return "once" if count == 1 else f"{count} times"
+def repeated_entry(seen: events.Rerecorded | events.SlowPath, count: int) -> ErrorEntry:
+    """A graph recorded again, or the fast path left, ``count`` times in this test."""
+    times = "once" if count == 1 else f"{count} times"
+    if isinstance(seen, events.Rerecorded):
+        message = f"torch recorded the CUDA graph of {seen.function} again ({times} in this test)"
+        name, kind, hint = "Rerecord", RERECORD, rerecord_hint(seen.reason)
+    else:
+        message = f"{seen.function} left the CUDA-graph fast path ({times} in this test)"
+        name, kind, hint = "SlowPath", SLOW_PATH, slow_path_hint(seen.reason)
+    return error_entry(seen.thread, name, f"{message}: {seen.reason}", kind=kind, hint=hint)

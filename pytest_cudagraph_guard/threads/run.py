@@ -179,9 +179,9 @@ class ThreadRun:
             if self.options.switches and cudagraph_settings.config_is_process_wide():
                 self.before = config_state.Snapshot.take()
             if self.options.tls == "init":
-                from .._torch import readiness
+                from .._torch import trees
 
-                readiness.start_thread_readiness()
+                trees.start_thread_readiness()
                 self.readied = True
             return self._context_with_cudagraphs()
         except runtime.TorchNotInstalled:
@@ -191,9 +191,9 @@ class ThreadRun:
 
     def _clean_up(self) -> None:
         if self.readied:
-            from .._torch import readiness
+            from .._torch import trees
 
-            faults.run_ours(READINESS_LOSS, readiness.stop_thread_readiness)
+            faults.run_ours(READINESS_LOSS, trees.stop_thread_readiness)
         if self.before is not None:
             restore = functools.partial(config_diff.restore, include_env=False)
             faults.run_ours(RESTORE_LOSS, restore, self.before)

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from pytest_cudagraph_guard._torch import compile_events, faults, import_hooks, observe
+from pytest_cudagraph_guard._torch import faults, import_hooks, observe
 from pytest_cudagraph_guard._torch.patch_table import PATCHES, PatchRow
 from pytest_cudagraph_guard._torch.runtime import torch_version
 
@@ -174,30 +174,30 @@ FAULTS = {
         _TREES_AS_BEFORE + "after_import(TREES, delete('', 'get_obj'))\n",
         stops=("each thread's CUDAGraph Trees state freed",),
     ),
-    "readiness.lock_manager_init": Fault(
+    "trees.lock_manager_init": Fault(
         "CUDAGraphTreeManager.__init__",
         _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n",
     ),
-    "readiness.lock_run_eager": Fault(
+    "trees.lock_run_eager": Fault(
         "CUDAGraphTreeManager.run_eager",
         _TREES_AS_BEFORE + "after_import(TREES, delete('CUDAGraphTreeManager', 'run_eager'))\n",
     ),
-    "readiness.lock_record_function": Fault(
+    "trees.lock_record_function": Fault(
         "CUDAGraphTreeManager.record_function",
         _TREES_AS_BEFORE
         + "after_import(TREES, delete('CUDAGraphTreeManager', 'record_function'))\n",
     ),
-    "readiness.fx_tracing_check": Fault(
+    "trees.fx_tracing_check": Fault(
         "is_fx_symbolic_tracing",
         "after_import('torch.fx._symbolic_trace', delete('', 'is_fx_symbolic_tracing'))\n",
         breaks=("test_compiles", "test_threads"),
     ),
-    "compile_events.compile_fx": Fault(
+    "observe.compile_fx": Fault(
         "compile_fx.compile_fx",
         "after_import('torch._inductor.compile_fx', delete('', 'compile_fx'))\n",
         breaks=("test_compiles",),
     ),
-    "compile_events.cudagraphify": Fault(
+    "observe.cudagraphify": Fault(
         "compile_fx.cudagraphify",
         "after_import('torch._inductor.compile_fx', delete('', 'cudagraphify'))\n",
     ),
@@ -207,7 +207,7 @@ FAULTS = {
         "CUDAGraphTreeManager.__init__",
         "after_import(TREES, delete('CUDAGraphTreeManager', '__init__'))\n",
     ),
-    "compile_events.backend": Fault(
+    "observe.backend": Fault(
         "OutputGraph",
         "after_import('torch._dynamo.output_graph', lambda m: setattr(m, 'OutputGraph', "
         "type('OutputGraph', (m.OutputGraph,), {'__module__': m.OutputGraph.__module__})))\n",
@@ -264,14 +264,14 @@ def _assert_the_rest_of_the_report(records: dict[str, Any], rows: list[str]) -> 
         return
     compiled = records["test_compiles"]
     assert compiled["settings"]["triton.cudagraphs"]["value"] is True
-    if "compile_events.compile_fx" not in rows:
+    if "observe.compile_fx" not in rows:
         assert len(compiled["activity"]["compiled"]) == 1
     if all(PATCHES[row].loss != PATCHES["observe.graph_init"].loss for row in rows):
         assert len(compiled["activity"]["skips"]) == 1
 
 
 # Rows whose loss changes what the report's checks count (compiles, skips) for every test.
-_COUNTED = ("compile_events.compile_fx", "observe.graph_init")
+_COUNTED = ("observe.compile_fx", "observe.graph_init")
 
 
 def _alone(row: str) -> bool:
@@ -357,7 +357,7 @@ def test_a_bug_of_ours_in_an_observer_never_reaches_the_users_compile(
     def broken(config_patches: object) -> dict[str, Any]:
         raise ZeroDivisionError("a bug of ours")
 
-    monkeypatch.setattr(compile_events, "options_of", broken)
+    monkeypatch.setattr(observe, "options_of", broken)
     ourtester.makepyfile(
         """
         import torch

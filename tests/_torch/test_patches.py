@@ -20,7 +20,7 @@ import torch._inductor.output_code
 import torch.cuda.graphs
 
 from pytest_cudagraph_guard import _torch
-from pytest_cudagraph_guard._torch import counting, events, observe, readiness, runtime, trees
+from pytest_cudagraph_guard._torch import counting, events, observe, runtime, trees
 from pytest_cudagraph_guard._torch.patch_table import PATCHES
 from pytest_cudagraph_guard._torch.patches import applied_rows
 
@@ -107,12 +107,13 @@ def test_observing_patches_what_its_rows_say(monkeypatch: pytest.MonkeyPatch) ->
 def test_thread_readiness_patches_what_its_rows_say(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(cgt.__dict__, "graph_capture_lock", raising=False)  # as before 2.13
     original = cgt.CUDAGraphTreeManager.__dict__["run_eager"]
-    readiness.start_thread_readiness()
+    trees.start_thread_readiness()
     try:
         assert cgt.CUDAGraphTreeManager.__dict__["run_eager"] is not original
-        _assert_applied_as_the_rows_say("readiness.")
+        _assert_applied_as_the_rows_say("trees.lock_")
+        _assert_applied_as_the_rows_say("trees.fx_tracing_check")
     finally:
-        readiness.stop_thread_readiness()
+        trees.stop_thread_readiness()
     assert cgt.CUDAGraphTreeManager.__dict__["run_eager"] is original
 
 
@@ -138,7 +139,7 @@ def test_a_worker_importing_trees_first_patches_what_its_row_says(
     worker.start()
     worker.join()
     assert getattr(cgt.get_obj, "__wrapped__", None) is original
-    _assert_applied_as_the_rows_say("trees.")
+    _assert_applied_as_the_rows_say("trees.get_obj")
 
 
 def test_tree_managers_run_unwatched_where_each_thread_has_its_own_callable() -> None:

@@ -18,8 +18,7 @@ from pytest_cudagraph_guard.core.records import (
     setting_entry,
 )
 from pytest_cudagraph_guard.report.entries import CPU_SKIP_TEXT, skip_text, thread_label
-from pytest_cudagraph_guard.report.render import BLOCK_LINES, brief_lines, full_lines
-from pytest_cudagraph_guard.report.summary import summary_lines
+from pytest_cudagraph_guard.report.render import BLOCK_LINES, brief_lines, full_lines, summary_lines
 
 from ..helpers import read_report
 

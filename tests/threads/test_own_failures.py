@@ -15,7 +15,6 @@ BREAK_OURS = """
 import pytest
 
 import pytest_cudagraph_guard._torch.cudagraph_settings
-import pytest_cudagraph_guard._torch.readiness
 import pytest_cudagraph_guard._torch.trees
 import pytest_cudagraph_guard.threads.placement
 import pytest_cudagraph_guard.threads.run
@@ -35,8 +34,8 @@ def ours_broken(monkeypatch):
 
 # What a broken function of ours left undone in this process, which pytester's sessions share.
 CLEAN_UP = {
-    "pytest_cudagraph_guard._torch.readiness.stop_thread_readiness": (
-        "pytest_cudagraph_guard._torch.readiness.stop_thread_readiness()"
+    "pytest_cudagraph_guard._torch.trees.stop_thread_readiness": (
+        "pytest_cudagraph_guard._torch.trees.stop_thread_readiness()"
     ),
 }
 
@@ -67,7 +66,7 @@ def test_the_body_ran():
             "pytest_cudagraph_guard._torch.trees.release_cudagraph_tls",
             "CUDAGraph Trees state freed",
         ),
-        ("pytest_cudagraph_guard._torch.readiness.stop_thread_readiness", "what tls='init' adds"),
+        ("pytest_cudagraph_guard._torch.trees.stop_thread_readiness", "what tls='init' adds"),
         pytest.param(
             "pytest_cudagraph_guard.threads.placement._pin_to_current_cpu",
             "threads started on the main thread's CPU",
