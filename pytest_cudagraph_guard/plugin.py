@@ -203,7 +203,7 @@ def _start_report(session: PluginSession) -> None:
     register(config.pluginmanager, report, PluginNames.REPORT)
     start_crash_journal(config, xdist_controller=session.xdist_controller)
     if session.xdist_worker or session.xdist_controller:
-        from .report.writer import RecordWire
+        from .report.wire import RecordWire
 
         register(config.pluginmanager, RecordWire(sending=session.xdist_worker))
     if getattr(config.option, "xmlpath", None):

@@ -18,13 +18,13 @@ from contextvars import Context, ContextVar, copy_context
 from types import ModuleType
 from typing import Any, Final
 
+from .events import CUDAGRAPH_SWITCHES
 from .runtime import import_quietly, import_torch
 from .values import HIDDEN, UNSET, RawEntry, copy_value, is_mutable, values_differ
 
 INDUCTOR_CONFIG: Final = "torch._inductor.config"
 DYNAMO_CONFIG: Final = "torch._dynamo.config"
 GUARDED_CONFIG_MODULES: Final = (INDUCTOR_CONFIG, DYNAMO_CONFIG)
-CUDAGRAPH_SWITCHES: Final = ("triton.cudagraphs", "triton.cudagraph_trees")
 # A config module's ``_config`` as torch keeps it: each key's value (``plain``) or its
 # ``_ConfigEntry`` (the other layouts).
 ConfigTable = dict[str, Any]

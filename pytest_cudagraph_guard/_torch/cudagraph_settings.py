@@ -9,13 +9,12 @@ from contextvars import Context
 from typing import Final
 
 from .config_access import (
-    CUDAGRAPH_SWITCHES,
     INDUCTOR_CONFIG,
     import_config,
     loaded_config,
     loaded_guarded_configs,
 )
-from .events import ConfigValues
+from .events import CUDAGRAPH_SWITCHES, ConfigValues
 from .faults import Loss, run_ours
 from .runtime import release_tuple
 from .values import RawEntry

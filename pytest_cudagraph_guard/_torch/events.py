@@ -5,7 +5,9 @@ Every event carries ``thread``, the name of the thread it happened in (``thread_
 torch makes it cheap, ``function``, the compiled function as its user knows it
 (``step (model.py:12)``). ``settings`` are the cudagraph keys of inductor's config as the acting
 thread saw them: at every compile and recording, and at a replay only while a test has no such
-moment yet (``settings_wanted``).
+moment yet (``settings_wanted``). Also the names the readers share with torch's side: the
+inductor backend and the settings that turn CUDA graphs on (read by ``report.activity`` and
+``report.render``, and by the config modules here).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ CompileOption = bool | int | float | str
 # Config keys with the values torch acts under, of whatever type torch gives them.
 ConfigValues = dict[str, object]
 INDUCTOR_BACKEND: Final = "inductor"  # ``Compiled.backend`` of inductor's compiles
+# The settings that turn CUDA graphs on (``torch._inductor.config``'s keys).
+CUDAGRAPH_SWITCHES: Final = ("triton.cudagraphs", "triton.cudagraph_trees")
 
 
 @dataclass(frozen=True, slots=True)

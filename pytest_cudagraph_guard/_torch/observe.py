@@ -19,10 +19,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
-from .config_access import CUDAGRAPH_SWITCHES
 from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
 from .events import (
     AUDIENCE,
+    CUDAGRAPH_SWITCHES,
     INDUCTOR_BACKEND,
     Compiled,
     CompileEnded,

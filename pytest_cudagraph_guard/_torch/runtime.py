@@ -1,4 +1,5 @@
-"""Whether and which torch is there: its import, release, CUDA and the versions a report shows."""
+"""Whether and which torch is there: its import, release, CUDA and the versions a report shows.
+Read by every part that may meet torch (the plugin's start, the settings, a test process)."""
 
 from __future__ import annotations
 

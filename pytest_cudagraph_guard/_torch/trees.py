@@ -1,6 +1,7 @@
-"""CUDAGraph Trees per-thread state: creating, releasing and resetting it, on every release;
-and what ``tls="init"`` adds to torch for the duration of a run, reference-counted
-(``start_thread_readiness``, for :mod:`..threads.run`).
+"""CUDAGraph Trees per-thread state: creating (the public ``ensure_cudagraph_tls``), releasing
+and resetting it, on every release, for the thread marker (:mod:`..threads.run`) and the
+fixtures; and what ``tls="init"`` adds to torch for the duration of a run, reference-counted
+(``start_thread_readiness``).
 
 torch 2.13 (pytorch PR #184357) creates the per-thread state lazily in ``get_obj`` and takes a
 module-level ``graph_capture_lock`` around tree-manager creation, warm-up and capture. Before

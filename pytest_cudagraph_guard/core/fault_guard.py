@@ -276,12 +276,13 @@ def note_failure(
     """A failure of our code: a notice of the torch boundary's, once for the session (that part
     stops, unless tests ask for it by name), warned at once (as configuration's, with
     ``config``), and a ``plugin-error`` entry on the record of the test it met."""
-    from .diagnosis import short_traceback, type_name
-    from .records import PLUGIN_ERROR, error_entry, plugin_errors_key
     from .warnings import warn_torch_notices
 
     faults.note_internal_error(loss, error, stops=stops)
     if item is not None:
+        from .diagnosis import short_traceback, type_name
+        from .records import PLUGIN_ERROR, error_entry, plugin_errors_key
+
         entry = error_entry(
             threading.current_thread().name,
             type_name(error),

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import pytest
 
@@ -109,15 +109,20 @@ class PluginOptions(NamedTuple):
     def as_record(self) -> OptionsRecord:
         """The options as the report's environment shows them (``settings`` is never on in a
         session that runs tests)."""
-        record = {
-            **self._asdict(),
+        return {
+            "guard": self.guard,
             "report": [str(fmt) for fmt in self.report],
+            "threads": self.threads,
+            "tls": self.tls,
+            "subprocess": self.subprocess,
+            "on": self.on,
+            "timeout": self.timeout,
             "fail_on": sorted(self.fail_on),
+            "cuda_ahead": self.cuda_ahead,
+            "spares": self.spares,
             "process_env": dict(self.process_env),
             "origins": {name: origin for name, origin in self.origins if name != "settings"},
         }
-        del record["settings"]
-        return cast("OptionsRecord", record)
 
 
 _options_key = pytest.StashKey[PluginOptions]()

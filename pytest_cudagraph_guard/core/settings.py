@@ -21,9 +21,9 @@ READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
 def cudagraph_switches(trees: bool = True) -> dict[str, bool]:
     """The settings that turn CUDA graphs on: ``triton.cudagraphs`` and, as ``trees`` says,
     ``triton.cudagraph_trees``."""
-    from .._torch import config_access
+    from .._torch.events import CUDAGRAPH_SWITCHES
 
-    return dict(zip(config_access.CUDAGRAPH_SWITCHES, (True, trees), strict=True))
+    return dict(zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True))
 
 
 class Setting(NamedTuple):

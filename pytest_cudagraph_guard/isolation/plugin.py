@@ -2,8 +2,8 @@
 
 ``plugin.py`` loads it once the session shows a test that will run in a process of its own
 (``--cudagraph-subprocess``, a module that names the marker, a collected test that carries it).
-The parent's machinery (:mod:`.runner`, :mod:`.pool`) loads only once a test process is started:
-a test process loads neither.
+The parent's machinery (:mod:`.runner`, :mod:`.pool`, :mod:`.waits`, :mod:`.folders`) loads only
+once a test process is started: a test process loads none of it.
 """
 
 from __future__ import annotations

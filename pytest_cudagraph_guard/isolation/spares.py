@@ -27,7 +27,9 @@ SPARE_CONTEXT = ("cwd", "env", "sys_path", "args", "trees", "switches", "cuda_ah
 CONTEXT_BYTES: Final = 2 << 30
 MAX_AUTOMATIC_SPARES: Final = 8
 # The driver's figures on an H200 (torch 2.11, driver 580; ``benchmarks/cuda_process_cost.py``):
-# a context 134-141 ms, 40 with one queue; a spare's warm-up 335-423 ms of its own CPU.
+# it creates one context at a time, 134-141 ms each whether 4, 8 or 16 processes ask at once,
+# about 40 ms with one hardware queue per context; a spare's kernels' warm-up, all its steps,
+# takes 335-423 ms of the spare's CPU and none of the driver's.
 CONTEXT_SECONDS: Final = 0.14
 ONE_QUEUE_CONTEXT_SECONDS: Final = 0.04
 WARM_UP_SECONDS: Final = 0.39

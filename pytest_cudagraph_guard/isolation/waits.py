@@ -1,7 +1,7 @@
 """How the parent waits for a test process's end (:mod:`.pool`'s, for a forked or a spawned one):
 within its timeout, through its dying (a process that died in time is reported as the crash it
 is, however long the kernel takes to end it), a hung one stopped with its Python stacks, and the
-tails of the files it wrote."""
+tails of the files it wrote; :mod:`.runner` reads the :class:`ChildExit`."""
 
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from .._torch import events
-from .._torch.config_access import CUDAGRAPH_SWITCHES
 from ..core.records import (
     Activity,
     CompiledEntry,
@@ -38,7 +37,7 @@ from .torch_findings import (
 )
 
 CUDAGRAPHS_BACKEND: Final = "cudagraphs"
-CUDAGRAPHS_KEY, TREES_KEY = CUDAGRAPH_SWITCHES
+CUDAGRAPHS_KEY, TREES_KEY = events.CUDAGRAPH_SWITCHES
 COMPILE_SOURCE: Final = "compile"
 TEST_SOURCE: Final = "test"
 

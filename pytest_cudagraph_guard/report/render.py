@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
+from .._torch.events import CUDAGRAPH_SWITCHES
 from ..core.records import RERECORD, Activity, ReportDocument, ReportSummary, TestRecord
 from .entries import (
     Group,
@@ -159,9 +160,7 @@ def _settings_text(
     varied = record.get("settings_varied") or {}
     switches: tuple[str, ...] = ()
     if everything:
-        from .._torch import config_access
-
-        switches = config_access.CUDAGRAPH_SWITCHES
+        switches = CUDAGRAPH_SWITCHES
     shown = []
     for key, entry in record["settings"].items():
         if only_varied:

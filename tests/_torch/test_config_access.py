@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 import torch._inductor.config as inductor
 
-from pytest_cudagraph_guard._torch import config_access, cudagraph_settings, values
+from pytest_cudagraph_guard._torch import config_access, cudagraph_settings, events, values
 
-SWITCHES = config_access.CUDAGRAPH_SWITCHES
+SWITCHES = events.CUDAGRAPH_SWITCHES
 
 
 @pytest.fixture

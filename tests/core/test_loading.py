@@ -167,3 +167,28 @@ def test_a_second_session_that_names_the_plugin_warns_of_no_rewriting(
     )
     result.assert_outcomes(passed=1)
     assert "cannot be rewritten" not in result.stdout.str()
+
+
+def test_an_xdist_worker_of_a_reporting_session_loads_the_wire_not_the_writer(
+    ourtester: pytest.Pytester,
+) -> None:
+    """A worker sends its records to the controller, which writes the report."""
+    ourtester.makeconftest(
+        """
+        import sys
+        from pathlib import Path
+
+        def pytest_unconfigure(config):
+            if hasattr(config, "workerinput"):
+                loaded = [name for name in sys.modules if ".report." in name]
+                (Path(__file__).parent / "worker-loaded.txt").write_text(" ".join(loaded))
+        """
+    )
+    ourtester.makepyfile("def test_one():\n    pass\n")
+    result = ourtester.runpytest_subprocess(
+        "-n", "1", "--cudagraph-report", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    loaded = set((ourtester.path / "worker-loaded.txt").read_text().split())
+    assert f"{PACKAGE}.report.wire" in loaded
+    assert not {f"{PACKAGE}.report.writer", f"{PACKAGE}.report.render"} & loaded

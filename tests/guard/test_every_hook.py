@@ -49,7 +49,7 @@ UNGUARDED = frozenset(
 XDIST_ONLY = (
     "report.crash_journal.WorkerCrashes.",
     "report.crash_journal.WorkerFaults.",
-    "report.writer.RecordWire.",
+    "report.wire.",
 )
 # pytest-timeout's hook: called only where it is installed (the oldest pytest's run has none).
 PYTEST_TIMEOUT_HOOK = "pytest_timeout_set_timer"

@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch._inductor.config
 
-from pytest_cudagraph_guard._torch.config_access import CUDAGRAPH_SWITCHES
 from pytest_cudagraph_guard._torch.cudagraph_settings import config_is_process_wide
+from pytest_cudagraph_guard._torch.events import CUDAGRAPH_SWITCHES
 
 from ..conftest import QUIET_INI
 from ..helpers import read_report, records_by_name

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pytest_cudagraph_guard.core.records import USER_PROPERTY
-from pytest_cudagraph_guard.report.writer import WIRE_KEY, pack, unpack
+from pytest_cudagraph_guard.report.wire import WIRE_KEY, pack, unpack
 
 from ..guard.faults import make_faults
 from ..helpers import records_by_name
@@ -80,7 +80,7 @@ def test_no_record_is_lost_where_the_controller_could_not_read_the_wire(
     report still holds every test's record, read from the text each report carries."""
     pytester.makeini("[pytest]\nfilterwarnings = ignore:Failed to initialize NumPy:UserWarning\n")
     pytester.makepyfile("def test_one():\n    pass\n\ndef test_two():\n    assert False\n")
-    make_faults(pytester, monkeypatch, "report.writer.RecordWire.pytest_report_from_serializable")
+    make_faults(pytester, monkeypatch, "report.wire.RecordWire.pytest_report_from_serializable")
     result = pytester.runpytest_subprocess("-n", "1", "--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=1, failed=1)
     said = result.stdout.str() + result.stderr.str()  # outside a test, the warning is stderr's
