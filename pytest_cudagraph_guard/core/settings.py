@@ -18,14 +18,6 @@ if TYPE_CHECKING:
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
 
 
-def cudagraph_switches(trees: bool = True) -> dict[str, bool]:
-    """The settings that turn CUDA graphs on: ``triton.cudagraphs`` and, as ``trees`` says,
-    ``triton.cudagraph_trees``."""
-    from .._torch.events import CUDAGRAPH_SWITCHES
-
-    return dict(zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True))
-
-
 class Setting(NamedTuple):
     """A setting's effective value and its source: ``default``, ``env:NAME``, ``test`` (set by
     the test, a fixture or a marker) or ``compile`` (set by torch.compile options or mode)."""

@@ -22,10 +22,9 @@ import pytest
 
 from ..core.death import ProcessEnd, log_process_death
 from ..core.journal import read_journal
-from ..core.markers import SubprocessOptions, plugin_marks
+from ..core.markers import SubprocessOptions, plugin_marks, switched
 from ..core.records import setting_entry
 from ..core.session import PluginSession
-from ..core.settings import cudagraph_switches
 from ..core.torch_env import user_torch_env
 from ..core.warnings import CudagraphGuardWarning, notify
 from .pool import ProcessPool
@@ -123,7 +122,7 @@ class TestRunner:
             messages = _read_messages(ended.folder / RESULTS_NAME)
             logged = _log_child_reports(item, messages.reports)
             if "teardown" not in logged:
-                self._log_death(item, request, ended, messages, logged)
+                self._log_death(item, request, ended, messages, logged, marker=marker)
             self.notices.extend(self.pool.take_notices())
             _teardown_shared_fixtures(item, nextitem, self.notices)
             _warn(item, messages.warnings, self.notices)
@@ -174,6 +173,8 @@ class TestRunner:
         ended: ChildExit,
         messages: ChildMessages,
         logged: list[str],
+        *,
+        marker: SubprocessOptions,
     ) -> None:
         """Hands the death of ``item``'s process to :mod:`..core.death`: how it ended, and what
         this process knows of the test for its record (the settings the marker set, the
@@ -192,7 +193,6 @@ class TestRunner:
             journal=read_journal(ended.folder / JOURNAL_NAME, item.nodeid),
             ended_by_pytest_timeout=by_pytest_timeout,
         )
-        switched = cudagraph_switches(request["trees"]) if request["switches"] else {}
         log_process_death(
             item,
             end,
@@ -200,7 +200,7 @@ class TestRunner:
             logged=logged,
             duration=ended.duration,
             reporting=self.recording,
-            settings={key: setting_entry(value, "test") for key, value in switched.items()},
+            settings={key: setting_entry(value, "test") for key, value in switched(marker).items()},
             env=user_torch_env(request["env"]),
             say=self.notices.append,
         )

@@ -27,7 +27,7 @@ import pytest
 from .._torch import faults, runtime
 from ..core import config_diff, config_state
 from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
-from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks
+from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks, switched
 from ..core.records import (
     TIMEOUT,
     ErrorEntry,
@@ -37,7 +37,7 @@ from ..core.records import (
     is_skip_or_xfail,
     thread_run_key,
 )
-from ..core.settings import SettingsReader, cudagraph_switches
+from ..core.settings import SettingsReader
 from .failures import raise_failures
 from .placement import Placement, barrier
 
@@ -124,8 +124,7 @@ class ThreadSession:
 
 def new_facts(options: ThreadOptions) -> ThreadRunFacts:
     where, names = _run_names(options.threads)
-    switches = cudagraph_switches(options.trees) if options.switches else {}
-    return ThreadRunFacts(where=where, threads=names, switches=switches)
+    return ThreadRunFacts(where=where, threads=names, switches=switched(options))
 
 
 @functools.cache

@@ -303,6 +303,10 @@ def test_the_report_shows_the_process_and_a_dead_one_and_the_guard_works_there(
     assert passed["settings"]["triton.cudagraph_trees"] == {"value": False, "source": "test"}
     assert passed["env"]["TORCHINDUCTOR_EXTRA"] == "1"
     assert dead["outcome"] == "failed"
+    assert dead["settings"] == {  # what its marker set, known to the parent that saw it die
+        key: {"value": True, "source": "test"}
+        for key in ("triton.cudagraphs", "triton.cudagraph_trees")
+    }
     [error] = dead["errors"]
     assert error["kind"] == "process-crash"
     assert error["type"] == "SIGSEGV"
