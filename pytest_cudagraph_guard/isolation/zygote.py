@@ -143,10 +143,14 @@ class _Server:
         self.folders: dict[int, Path] = {}
 
     def serve_one(self, request_path: str) -> None:
-        """Starts the test's process (a spare's, :mod:`.spares`, where its context matches) and
-        waits until it is done; meanwhile loads what the parent session has and forks spares for
-        the next test. A test process done with its test ends its session while the next one
-        starts, and is reaped later."""
+        """Starts the test's process and waits until it is done. While it starts, the zygote
+        loads what the request says the parent session has loaded and, where the next test is
+        marked too, forks spares (:mod:`.spares`), which take the next requests if their
+        context matches; after it, it loads what the test process noted in its folder that the
+        next one will need (and whether it used CUDA). A test process says it is done once its
+        test has finished: the next test starts then, while it ends its session, until its
+        test's timeout at most; it is reaped once the next test has started, or when the zygote
+        ends."""
         request = _request(request_path)
         process = self.spares.assign(request, request_path)
         if process is None:
