@@ -1,8 +1,7 @@
 """The plugin's markers: their names and documentation, which of them a test carries
 (:func:`plugin_marks`, read by ``plugin.py``, the features and the report), and what they ask
 for, every check made, once per test (:func:`checked_marks`, read where a marked test is set up
-or run: ``plugin.py``, ``threads.run``, ``isolation``), and the settings a marker turns on
-(:func:`switched`; the ``cudagraphs`` fixture's too). Also the one rule for the name of an
+or run: ``plugin.py``, ``threads.run``, ``isolation``). Also the one rule for the name of an
 environment variable that the plugin sets in a test process (a marker's ``env``, read by
 :mod:`.options` for ini ``cudagraph_process_env`` too)."""
 
@@ -76,20 +75,6 @@ class SubprocessOptions(NamedTuple):
     # Not an argument: whether the test process turns CUDA graphs on (a marker of the test's own
     # does, one that --cudagraph-subprocess applied does only under --cudagraph-on).
     switches: bool = True
-
-
-def cudagraph_switches(trees: bool = True) -> dict[str, bool]:
-    """The settings that turn CUDA graphs on: ``triton.cudagraphs`` and, as ``trees`` says,
-    ``triton.cudagraph_trees``."""
-    from .._torch.events import CUDAGRAPH_SWITCHES
-
-    return dict(zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True))
-
-
-def switched(options: ThreadOptions | SubprocessOptions) -> dict[str, bool]:
-    """The settings a marker's threads or test process set: none where they keep the main
-    thread's (``switches``)."""
-    return cudagraph_switches(options.trees) if options.switches else {}
 
 
 THREAD_ARGUMENTS: Final = ThreadOptions._fields[:-1]

@@ -1,5 +1,7 @@
 """The effective cudagraph settings, each with where its value comes from: for the report, the
-fixtures, the thread marker, ``--cudagraph-settings`` and the public ``effective_settings``."""
+fixtures, the thread marker, ``--cudagraph-settings`` and the public ``effective_settings``; and
+the settings a marker turns on (:func:`switched`, for the thread marker and a dead test
+process's record)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,24 @@ from .torch_env import EnvironStamp, environ_stamp, user_torch_env
 
 if TYPE_CHECKING:
     from .._torch import config_access
+    from .markers import SubprocessOptions, ThreadOptions
 
 # Besides the config modules, the modules whose source names the variables torch reads.
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
+
+
+def cudagraph_switches(trees: bool = True) -> dict[str, bool]:
+    """The settings that turn CUDA graphs on: ``triton.cudagraphs`` and, as ``trees`` says,
+    ``triton.cudagraph_trees``."""
+    from .._torch.events import CUDAGRAPH_SWITCHES
+
+    return dict(zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True))
+
+
+def switched(options: ThreadOptions | SubprocessOptions) -> dict[str, bool]:
+    """The settings a marker's threads or test process set: none where they keep the main
+    thread's (``switches``)."""
+    return cudagraph_switches(options.trees) if options.switches else {}
 
 
 class Setting(NamedTuple):

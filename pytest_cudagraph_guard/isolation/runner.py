@@ -22,9 +22,10 @@ import pytest
 
 from ..core.death import ProcessEnd, log_process_death
 from ..core.journal import read_journal
-from ..core.markers import SubprocessOptions, plugin_marks, switched
+from ..core.markers import SubprocessOptions, plugin_marks
 from ..core.records import setting_entry
 from ..core.session import PluginSession
+from ..core.settings import switched
 from ..core.torch_env import user_torch_env
 from ..core.warnings import CudagraphGuardWarning, notify
 from .pool import ProcessPool

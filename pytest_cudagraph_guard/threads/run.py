@@ -27,7 +27,7 @@ import pytest
 from .._torch import faults, runtime
 from ..core import config_diff, config_state
 from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
-from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks, switched
+from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks
 from ..core.records import (
     TIMEOUT,
     ErrorEntry,
@@ -37,7 +37,7 @@ from ..core.records import (
     is_skip_or_xfail,
     thread_run_key,
 )
-from ..core.settings import SettingsReader
+from ..core.settings import SettingsReader, switched
 from .failures import raise_failures
 from .placement import Placement, barrier
 
