@@ -8,7 +8,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._torch import runtime
-from .torch_env import environ_stamp, torch_env
+from .records import torch_env
+from .torch_env import environ_stamp
 
 if TYPE_CHECKING:
     from .._torch import config_access, values

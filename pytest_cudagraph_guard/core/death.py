@@ -1,21 +1,22 @@
 """A test's process that died without a result, made the test's report, as xdist's
 ``handle_crashitem`` does: a ``cudagraph_subprocess`` test process (:func:`log_process_death`,
 called by ``isolation.runner``) or a pytest-xdist worker (:func:`worker_died`, called by
-``report.crash_journal`` on xdist's controller), all in the same words: its signal or exit code
-(or its timeout), the last CUDA-graph action its journal saw (:mod:`.journal`), the crashing
-thread's stack once (the user's frames only, :mod:`.stacks`), ``xfail`` as pytest-forked has it,
-and the report's record.
+``report.crash_journal`` on xdist's controller, which feeds it the worker's files), all in the
+same words: its signal or exit code (or its timeout), the last CUDA-graph action its journal saw
+(:mod:`.journal`'s lines, read here: :func:`read_journal`), the crashing thread's stack once
+(the user's frames only, :mod:`.stacks`), ``xfail`` as pytest-forked has it, and the report's
+record.
 
 No hooks, and nothing of torch or the features: every process that sees a death reads it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 import pytest
 
-from .journal import NOTHING_READ, JournalReading, read_journal
+from .journal import NOTHING_READ, Action, JournalReading
 from .markers import SUBPROCESS_MARKER
 from .records import (
     PROCESS_CRASH,
@@ -36,17 +37,13 @@ from .records import (
     error_entry,
     new_test_record,
     no_activity,
+    torch_env,
 )
 from .stacks import Dump, parse_stacks, split_dump
 
 TAIL_LINES: Final = 30
 CORE_DUMPED: Final = "its core was dumped (where the system's core_pattern says)"
 PHASES: Final = ("setup", "call", "teardown")
-# What xdist's controller tells each worker (``workerinput``): where its journal and its fault
-# handler's output go, to be read here after the worker died.
-WORKER_JOURNAL: Final = "cudagraph_guard_journal"
-WORKER_FAULTS: Final = "cudagraph_guard_faults"
-REAP_TIMEOUT_S: Final = 5.0
 CRASH_HINT: Final = (
     "the test's own process ended without a result (a crash in native code, an abort or "
     "os._exit); the session went on, and the failure shows its Python stack or the end of its "
@@ -129,6 +126,48 @@ def signal_name(number: int) -> str:
 
 def last_lines(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def read_journal(path: str | Path, nodeid: str) -> JournalReading:
+    """What the journal at ``path`` says of the last run of test ``nodeid``, and the environment
+    last written before it starts (all a journal says of a test that never started); nothing
+    where it was never written."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return NOTHING_READ
+    entries = [entry for line in lines if (entry := _parsed(line)) is not None]
+    starts = [i for i, entry in enumerate(entries) if entry.get("test") == nodeid]
+    begin = starts[-1] if starts else len(entries)
+    envs = [e["env"] for e in entries[: begin + 1] if isinstance(e.get("env"), dict)]
+    env = envs[-1] if envs else None
+    if not starts:
+        return JournalReading(None, {}, env)
+    after = entries[begin + 1 :]
+    ends = [i for i, entry in enumerate(after) if "test" in entry]  # the next test's start
+    ours = [entries[begin], *(after[: ends[0]] if ends else after)]
+    names = {int(e["ident"]): str(e["thread"]) for e in ours if isinstance(e.get("ident"), int)}
+    actions = [e for e in ours[1:] if "doing" in e]
+    return JournalReading(_action(actions[-1]) if actions else None, names, env)
+
+
+def _action(entry: dict[str, Any]) -> Action:
+    count = entry.get("count")
+    return Action(
+        str(entry["doing"]),
+        str(entry["thread"]),
+        entry.get("function"),
+        entry.get("backend"),
+        count if isinstance(count, int) else None,
+    )
+
+
+def _parsed(line: str) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None  # cut by the crash
+    return entry if isinstance(entry, dict) else None
 
 
 def summary(end: ProcessEnd, nodeid: str = "", *, ran: bool = True) -> str:
@@ -219,19 +258,19 @@ def _record(
     where: str,
     *,
     outcome: str,
-    env: dict[str, str],
+    env: Mapping[str, str],
     settings: dict[str, SettingEntry] | None = None,
     uses_plugin: bool = False,
     applied_by: str | None = None,
 ) -> TestRecord:
     """What the process that saw the death knows of the test: how it died, what it was doing,
-    and the environment the process saw (its journal's; else ``env``, the one it was given)."""
+    and the environment the process saw (its journal's; else ``env``'s, the one it was given)."""
     return new_test_record(
         nodeid,
         outcome=outcome,
         where=where,
         settings=settings or {},
-        env=end.journal.env if end.journal.env is not None else env,
+        env=end.journal.env if end.journal.env is not None else torch_env(env),
         activity=no_activity(),
         errors=[crash_error(end, text, where)],
         uses_plugin=uses_plugin,
@@ -251,7 +290,7 @@ def log_process_death(
     duration: float,
     reporting: bool,
     settings: dict[str, SettingEntry],
-    env: dict[str, str],
+    env: Mapping[str, str],
     say: Callable[[str], None],
 ) -> None:
     """Logs the reports ``item``'s process (``pid``) did not send after the phases ``logged``:
@@ -355,44 +394,18 @@ def _xfail_reason(item: pytest.Item, say: Callable[[str], None]) -> str | None:
 
 
 def worker_died(
-    crashitem: str, report: pytest.TestReport, config: pytest.Config, *, env: dict[str, str]
+    crashitem: str,
+    report: pytest.TestReport,
+    end: ProcessEnd,
+    *,
+    where: str,
+    full_trace: bool,
+    env: dict[str, str],
 ) -> None:
     """Rewrites the report xdist made of ``crashitem`` (failed, ``when="???"``, "worker 'gwN'
-    crashed while running") with the death's text, and adds the test's record (``env``: this
-    process's, where the worker's journal has none). A worker without files is left as it is."""
-    node: Any = getattr(report, "node", None)
-    files = getattr(node, "workerinput", None) or {}
-    if WORKER_JOURNAL not in files:
-        return
-    end = ProcessEnd(
-        _reaped(node),
-        stderr=_read(files[WORKER_FAULTS]),
-        lost="test process was lost (its connection to xdist's controller ended)",
-        journal=read_journal(files[WORKER_JOURNAL], crashitem),
-    )
-    full_trace = bool(getattr(config.option, "fulltrace", False))
+    crashed while running") with the death's text, and adds the test's record (``where``: the
+    worker; ``env``: this process's, where the worker's journal has none)."""
     text = crash_text(end, prefix=str(report.longrepr), nodeid=crashitem, full_trace=full_trace)
     report.longrepr = text.message
-    record = _record(
-        crashitem, end, text, f"xdist worker {node.gateway.id}", outcome="failed", env=env
-    )
+    record = _record(crashitem, end, text, where, outcome="failed", env=env)
     report.user_properties.append((USER_PROPERTY, record))
-
-
-def _reaped(node: Any) -> int | None:
-    """The dead worker's wait status, from execnet's process of a local worker; None where it is
-    not one (a remote worker) or does not end."""
-    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
-    if not isinstance(popen, subprocess.Popen):
-        return None
-    try:
-        return wait_status(popen.wait(timeout=REAP_TIMEOUT_S))
-    except (subprocess.TimeoutExpired, OSError):
-        return None
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""

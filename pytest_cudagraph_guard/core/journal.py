@@ -1,7 +1,7 @@
 """A test process's journal of CUDA-graph activity: a small file that survives the process, so
 that :mod:`.death` can say what the process was doing when it died. Written where the test runs
-(``report.crash_journal``), read by the process that saw it die (the parent of a
-``cudagraph_subprocess`` test, or xdist's controller).
+(``report.crash_journal``), read by ``death.read_journal`` in the process that saw it die (the
+parent of a ``cudagraph_subprocess`` test, or xdist's controller).
 
 One line when a test starts, then one line each time the activity changes (a compile starts, a
 compile ends, a recording starts, a recording ends, a function's graph is replayed in a thread),
@@ -19,7 +19,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypedDict
+from typing import Final, TypedDict
 
 COMPILING: Final = "compiling"
 COMPILED: Final = "compiled"
@@ -147,8 +147,8 @@ class JournalWriter:
 
 @dataclass(frozen=True)
 class JournalReading:
-    """What a journal says of one test: its last CUDA-graph action, and the names of the threads
-    it saw (by ident, as the fault handler prints them)."""
+    """What a journal says of one test: its last CUDA-graph action, the names of the threads it
+    saw (by ident, as the fault handler prints them), and the environment it was run with."""
 
     last: Action | None
     thread_names: dict[int, str]
@@ -156,44 +156,3 @@ class JournalReading:
 
 
 NOTHING_READ: Final = JournalReading(None, {}, None)
-
-
-def read_journal(path: str | Path, nodeid: str) -> JournalReading:
-    """What the journal at ``path`` says of the last run of test ``nodeid``; nothing where it was
-    never written."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return NOTHING_READ
-    entries = [entry for line in lines if (entry := _parsed(line)) is not None]
-    starts = [i for i, entry in enumerate(entries) if entry.get("test") == nodeid]
-    if not starts:
-        return NOTHING_READ
-    after = entries[starts[-1] + 1 :]
-    ends = [i for i, entry in enumerate(after) if "test" in entry]  # the next test's start
-    ours = [entries[starts[-1]], *(after[: ends[0]] if ends else after)]
-    envs = [e["env"] for e in entries[: starts[-1] + 1] if isinstance(e.get("env"), dict)]
-    names = {int(e["ident"]): str(e["thread"]) for e in ours if isinstance(e.get("ident"), int)}
-    actions = [e for e in ours[1:] if "doing" in e]
-    return JournalReading(
-        _action(actions[-1]) if actions else None, names, envs[-1] if envs else None
-    )
-
-
-def _action(entry: dict[str, Any]) -> Action:
-    count = entry.get("count")
-    return Action(
-        str(entry["doing"]),
-        str(entry["thread"]),
-        entry.get("function"),
-        entry.get("backend"),
-        count if isinstance(count, int) else None,
-    )
-
-
-def _parsed(line: str) -> dict[str, Any] | None:
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return None  # cut by the crash
-    return entry if isinstance(entry, dict) else None

@@ -11,7 +11,8 @@ crosses pytest-xdist and test processes as JSON.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn, TypeAlias, TypedDict
 
@@ -20,6 +21,8 @@ import pytest
 from ..versions import Versions
 
 USER_PROPERTY: Final = "cudagraph"
+# The environment variables a record's ``env`` holds, and the leak guard guards.
+ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
 # A value as JSON holds it.
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 
@@ -238,6 +241,13 @@ def no_activity() -> Activity:
         by_thread={},
         earlier_compiled=0,
     )
+
+
+def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``environ`` (this process's by default) named by ``ENV_PREFIXES``,
+    sorted by name."""
+    items = (os.environ if environ is None else environ).items()
+    return {k: v for k, v in sorted(items) if k.startswith(ENV_PREFIXES)}
 
 
 def new_test_record(

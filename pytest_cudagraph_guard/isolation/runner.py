@@ -20,13 +20,11 @@ from typing import Any, Final, NamedTuple
 
 import pytest
 
-from ..core.death import ProcessEnd, log_process_death
-from ..core.journal import read_journal
+from ..core.death import ProcessEnd, log_process_death, read_journal
 from ..core.markers import SubprocessOptions, plugin_marks
 from ..core.records import setting_entry
 from ..core.session import PluginSession
 from ..core.settings import switched
-from ..core.torch_env import user_torch_env
 from ..core.warnings import CudagraphGuardWarning, notify
 from .pool import ProcessPool
 from .preloads import session_modules
@@ -177,9 +175,9 @@ class TestRunner:
         *,
         marker: SubprocessOptions,
     ) -> None:
-        """Hands the death of ``item``'s process to :mod:`..core.death`: how it ended, and what
-        this process knows of the test for its record (the settings the marker set, the
-        environment it gave the process)."""
+        """Hands the death of ``item``'s process to :mod:`..core.death`: how it ended, what its
+        journal says, and what this process knows of the test for its record (the settings the
+        marker set, the environment it gave the process)."""
         stderr = ended.stream(STDERR_NAME)
         by_pytest_timeout = _ended_by_pytest_timeout(item, ended.status, stderr)
         end = ProcessEnd(
@@ -202,7 +200,7 @@ class TestRunner:
             duration=ended.duration,
             reporting=self.recording,
             settings={key: setting_entry(value, "test") for key, value in switched(marker).items()},
-            env=user_torch_env(request["env"]),
+            env=request["env"],
             say=self.notices.append,
         )
 

@@ -1,6 +1,7 @@
 """What a death is read from (:mod:`..core.death`), written where tests run: the journal of
 :mod:`..core.journal` and an xdist worker's fault handler's file, which xdist's controller gives
-each worker (a replaced worker gets a new id, so each worker's files are its own). Registered by
+each worker (a replaced worker gets a new id, so each worker's files are its own) and reads back
+for :func:`..core.death.worker_died` when xdist reports the worker's test crashed. Registered by
 the report (``plugin._start_report``). The controller's hooks are optional: xdist may be absent.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import faulthandler
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -17,7 +19,7 @@ from typing import IO, Any, Final
 import pytest
 
 from .._torch import events, faults, runtime
-from ..core.death import WORKER_FAULTS, WORKER_JOURNAL, worker_died
+from ..core.death import ProcessEnd, read_journal, wait_status, worker_died
 from ..core.fault_guard import Part, register
 from ..core.journal import (
     COMPILED,
@@ -39,6 +41,11 @@ _DOING: Final[dict[type, str]] = {
     events.Recorded: RECORDED,
     events.Replayed: REPLAYED,
 }
+# What xdist's controller tells each worker (``workerinput``): where its journal and its fault
+# handler's output go, to be read here after the worker died.
+WORKER_JOURNAL: Final = "cudagraph_guard_journal"
+WORKER_FAULTS: Final = "cudagraph_guard_faults"
+WORKER_REAP_TIMEOUT_S: Final = 5.0
 _JOURNAL_LOSS: Final = faults.Loss(
     "--cudagraph-report", "the last CUDA-graph activity of a test whose process dies"
 )
@@ -160,7 +167,40 @@ class WorkerCrashes:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        worker_died(crashitem, report, self.config, env=user_torch_env())
+        """A dead worker's files, to :func:`..core.death.worker_died`; a worker without files is
+        left as xdist reported it."""
+        node: Any = getattr(report, "node", None)
+        files = getattr(node, "workerinput", None) or {}
+        if WORKER_JOURNAL not in files:
+            return
+        end = ProcessEnd(
+            _reaped(node),
+            stderr=_read(files[WORKER_FAULTS]),
+            lost="test process was lost (its connection to xdist's controller ended)",
+            journal=read_journal(files[WORKER_JOURNAL], crashitem),
+        )
+        full_trace = bool(getattr(self.config.option, "fulltrace", False))
+        where, env = f"xdist worker {node.gateway.id}", user_torch_env()
+        worker_died(crashitem, report, end, where=where, full_trace=full_trace, env=env)
+
+
+def _reaped(node: Any) -> int | None:
+    """The dead worker's wait status, from execnet's process of a local worker; None where it is
+    not one (a remote worker) or does not end."""
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if not isinstance(popen, subprocess.Popen):
+        return None
+    try:
+        return wait_status(popen.wait(timeout=WORKER_REAP_TIMEOUT_S))
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def start_crash_journal(config: pytest.Config, *, xdist_controller: bool) -> None:

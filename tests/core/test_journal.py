@@ -8,8 +8,14 @@ import threading
 from pathlib import Path
 
 from pytest_cudagraph_guard._torch import events
-from pytest_cudagraph_guard.core.death import ProcessEnd, crash_error, crash_text, summary
-from pytest_cudagraph_guard.core.journal import REPLAYED, Action, JournalWriter, read_journal
+from pytest_cudagraph_guard.core.death import (
+    ProcessEnd,
+    crash_error,
+    crash_text,
+    read_journal,
+    summary,
+)
+from pytest_cudagraph_guard.core.journal import NOTHING_READ, REPLAYED, Action, JournalWriter
 from pytest_cudagraph_guard.report.crash_journal import journal_action
 
 
@@ -60,7 +66,9 @@ def test_a_line_per_change_of_activity_and_the_last_replay_counted_in_place(
     two = read_journal(path, "t.py::test_two")
     assert two.last == Action(REPLAYED, "drafter-1", "step", count=2)  # counted per test
     assert two.env == {"TORCHINDUCTOR_X": "1"}
-    assert read_journal(path, "t.py::test_three").last is None
+    three = read_journal(path, "t.py::test_three")  # never started: the last environment
+    assert (three.last, three.thread_names, three.env) == (None, {}, {"TORCHINDUCTOR_X": "1"})
+    assert read_journal(tmp_path / "none", "t.py::test_one") == NOTHING_READ
 
 
 def test_a_compile_that_ended_is_told_from_one_under_way(tmp_path: Path) -> None:
