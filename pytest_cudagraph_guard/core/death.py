@@ -400,7 +400,7 @@ def worker_died(
     *,
     where: str,
     full_trace: bool,
-    env: dict[str, str],
+    env: Mapping[str, str],
 ) -> None:
     """Rewrites the report xdist made of ``crashitem`` (failed, ``when="???"``, "worker 'gwN'
     crashed while running") with the death's text, and adds the test's record (``where``: the

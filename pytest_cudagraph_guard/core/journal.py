@@ -147,12 +147,13 @@ class JournalWriter:
 
 @dataclass(frozen=True)
 class JournalReading:
-    """What a journal says of one test: its last CUDA-graph action, the names of the threads it
-    saw (by ident, as the fault handler prints them), and the environment it was run with."""
+    """What a journal says of one test (read by ``death.read_journal``): its last CUDA-graph
+    action, the names of the threads it saw (by ident, as the fault handler prints them), and the
+    environment last written up to its start (of a test that never started: the last written)."""
 
     last: Action | None
     thread_names: dict[int, str]
-    env: dict[str, str] | None  # the relevant environment variables at its start
+    env: dict[str, str] | None  # the relevant environment variables; None where none was written
 
 
 NOTHING_READ: Final = JournalReading(None, {}, None)

@@ -1,9 +1,10 @@
 """The records that features exchange and the report shows, each built in one place: by its
 type's call where one feature makes it, or by a function here that fills in its defaults. Also
-the kinds of the report's error entries, what the thread marker did in a test, the stash keys
-under which one feature leaves what another shows (so no feature imports another), and test
-outcomes as pytest reports them. Read by ``plugin.py``, the features, the report, the fixtures,
-the diagnosis and a process's death (:mod:`.death`).
+the kinds of the report's error entries, the environment variables a record holds
+(:func:`torch_env`), what the thread marker did in a test, the stash keys under which one feature
+leaves what another shows (so no feature imports another), and test outcomes as pytest reports
+them. Read by ``plugin.py``, the features, the report, the fixtures, the diagnosis, a process's
+death (:mod:`.death`), and the environment's readers (:mod:`.torch_env`, :mod:`.config_state`).
 
 A record holds builtin types only: it rides on a test's report as a user property, so it
 crosses pytest-xdist and test processes as JSON.

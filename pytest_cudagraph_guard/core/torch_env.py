@@ -11,7 +11,8 @@ from typing import Final
 
 from .records import torch_env
 
-# What every name in ENV_PREFIXES starts with, as ``os.environ`` stores names (bytes on POSIX).
+# What every name in records.ENV_PREFIXES starts with, as ``os.environ`` stores names (bytes
+# on POSIX).
 _STORED_PREFIXES: Final = (b"TORCH", "TORCH")
 _STORED_PREFIX_LENGTH: Final = len("TORCH")
 

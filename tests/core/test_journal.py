@@ -15,7 +15,13 @@ from pytest_cudagraph_guard.core.death import (
     read_journal,
     summary,
 )
-from pytest_cudagraph_guard.core.journal import NOTHING_READ, REPLAYED, Action, JournalWriter
+from pytest_cudagraph_guard.core.journal import (
+    NOTHING_READ,
+    REPLAYED,
+    Action,
+    JournalReading,
+    JournalWriter,
+)
 from pytest_cudagraph_guard.report.crash_journal import journal_action
 
 
@@ -66,9 +72,26 @@ def test_a_line_per_change_of_activity_and_the_last_replay_counted_in_place(
     two = read_journal(path, "t.py::test_two")
     assert two.last == Action(REPLAYED, "drafter-1", "step", count=2)  # counted per test
     assert two.env == {"TORCHINDUCTOR_X": "1"}
-    three = read_journal(path, "t.py::test_three")  # never started: the last environment
-    assert (three.last, three.thread_names, three.env) == (None, {}, {"TORCHINDUCTOR_X": "1"})
+    assert read_journal(path, "t.py::test_three").last is None
     assert read_journal(tmp_path / "none", "t.py::test_one") == NOTHING_READ
+
+
+def test_a_test_that_never_started_has_the_environment_written_last(tmp_path: Path) -> None:
+    """A worker's journal: each test's environment is the last one written up to its start, and
+    a test that never started has the last one written of all."""
+    path = tmp_path / "journal"
+    writer = JournalWriter(path)
+    writer.start_test("t.py::test_one", {"TORCHINDUCTOR_X": "1"})
+    writer.start_test("t.py::test_two", {"TORCHINDUCTOR_X": "2"})
+    writer.start_test("t.py::test_three", {"TORCHINDUCTOR_X": "2"})  # unchanged: not written
+    writer.close()
+    assert read_journal(path, "t.py::test_one").env == {"TORCHINDUCTOR_X": "1"}
+    assert read_journal(path, "t.py::test_three").env == {"TORCHINDUCTOR_X": "2"}
+    assert read_journal(path, "t.py::test_never") == JournalReading(
+        None, {}, {"TORCHINDUCTOR_X": "2"}
+    )
+    (tmp_path / "empty").write_text("")
+    assert read_journal(tmp_path / "empty", "t.py::test_one") == NOTHING_READ
 
 
 def test_a_compile_that_ended_is_told_from_one_under_way(tmp_path: Path) -> None:

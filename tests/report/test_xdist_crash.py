@@ -92,3 +92,24 @@ def test_a_crashed_worker_is_a_record_as_a_dead_test_process_is(
     assert sorted(alone) == sorted(found)
     for name, record in found.items():
         assert comparable(record) == comparable(alone[name]), name
+
+
+def test_a_worker_that_exits_is_told_by_its_exit_code(ourtester: pytest.Pytester) -> None:
+    """No fault handler's line to read a signal from: the worker's exit status, reaped from
+    execnet's process, says how it ended."""
+    ourtester.makepyfile(
+        test_exits="""
+        import os
+
+        def test_exits():
+            os._exit(3)
+        """
+    )
+    result = ourtester.runpytest_subprocess(
+        "-n", "1", "-p", "no:cacheprovider", "--cudagraph-report=json:r.json"
+    )
+    result.assert_outcomes(failed=1)
+    assert "test process died with exit code 3" in result.stdout.str()
+    [error] = records_by_name(ourtester.path / "r.json")["test_exits"]["errors"]
+    assert (error["kind"], error["type"]) == ("process-crash", "ProcessDied")
+    assert error["message"] == "test process died with exit code 3"
