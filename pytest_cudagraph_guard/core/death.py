@@ -148,18 +148,7 @@ def read_journal(path: str | Path, nodeid: str) -> JournalReading:
     ours = [entries[begin], *(after[: ends[0]] if ends else after)]
     names = {int(e["ident"]): str(e["thread"]) for e in ours if isinstance(e.get("ident"), int)}
     actions = [e for e in ours[1:] if "doing" in e]
-    return JournalReading(_action(actions[-1]) if actions else None, names, env)
-
-
-def _action(entry: dict[str, Any]) -> Action:
-    count = entry.get("count")
-    return Action(
-        str(entry["doing"]),
-        str(entry["thread"]),
-        entry.get("function"),
-        entry.get("backend"),
-        count if isinstance(count, int) else None,
-    )
+    return JournalReading(Action.from_line(actions[-1]) if actions else None, names, env)
 
 
 def _parsed(line: str) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, TypedDict
+from typing import Any, Final, TypedDict
 
 COMPILING: Final = "compiling"
 COMPILED: Final = "compiled"
@@ -40,6 +40,29 @@ class Action:
     function: str | None = None  # the compiled function, where torch's event names it
     backend: str | None = None  # of a compile
     count: int | None = None  # of a replay read back: the how-manieth of its function in its thread
+
+    def line(self) -> dict[str, object]:
+        """Its line, with the writing thread's ident (for the stacks); a replay's line then ends
+        with its ``count``, which later replays of the graph in the thread rewrite in place."""
+        return {
+            "doing": self.doing,
+            "thread": self.thread,
+            "ident": threading.get_ident(),
+            "function": self.function,
+            "backend": self.backend,
+        }
+
+    @classmethod
+    def from_line(cls, entry: dict[str, Any]) -> Action:
+        """The action a line of :meth:`line` holds, read back (by ``death.read_journal``)."""
+        count = entry.get("count")
+        return cls(
+            str(entry["doing"]),
+            str(entry["thread"]),
+            entry.get("function"),
+            entry.get("backend"),
+            count if isinstance(count, int) else None,
+        )
 
     def phrase(self) -> str:
         """When a process ended, as against this action: e.g. ``after replay 4 of `step` in
@@ -101,7 +124,7 @@ class JournalWriter:
                 self._replayed(action)
             elif action != self._last:
                 self._last = action
-                self._write(self._line(action))
+                self._write(action.line())
 
     def _replayed(self, action: Action) -> None:
         key = (action.thread, action.function)
@@ -110,19 +133,7 @@ class JournalWriter:
             os.pwrite(self._fd, str(count).rjust(COUNT_WIDTH).encode(), self._count_at)
             return
         self._last = action
-        self._write(self._line(action), count)
-
-    @staticmethod
-    def _line(action: Action) -> dict[str, object]:
-        """A replay's line ends with its ``count``, which the next replays of the same graph in
-        the same thread rewrite in place."""
-        return {
-            "doing": action.doing,
-            "thread": action.thread,
-            "ident": threading.get_ident(),
-            "function": action.function,
-            "backend": action.backend,
-        }
+        self._write(action.line(), count)
 
     def close(self) -> None:
         if self._fd is not None:
