@@ -8,8 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._torch import runtime
-from .records import torch_env
-from .torch_env import environ_stamp
+from .torch_env import environ_stamp, torch_env
 
 if TYPE_CHECKING:
     from .._torch import config_access, values

@@ -1,30 +1,27 @@
 """A test's process that died without a result, made the test's report, as xdist's
 ``handle_crashitem`` does: a ``cudagraph_subprocess`` test process (:func:`log_process_death`,
 called by ``isolation.runner``) or a pytest-xdist worker (:func:`worker_died`, called by
-``report.crash_journal`` on xdist's controller, which feeds it the worker's files), all in the
+``report.crash_journal`` on xdist's controller, which reads the worker's files), all in the
 same words: its signal or exit code (or its timeout), the last CUDA-graph action its journal saw
-(:mod:`.journal`'s lines, read here: :func:`read_journal`), the crashing thread's stack once
-(the user's frames only, :mod:`.stacks`), ``xfail`` as pytest-forked has it, and the report's
-record.
+(:mod:`.journal`), the crashing thread's stack once (the user's frames only, :mod:`.stacks`),
+``xfail`` as pytest-forked has it, and the report's record.
 
 No hooks, and nothing of torch or the features: every process that sees a death reads it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 
-from .journal import NOTHING_READ, Action, JournalReading
+from .journal import NOTHING_READ, JournalReading
 from .markers import SUBPROCESS_MARKER
 from .records import (
     PROCESS_CRASH,
@@ -37,7 +34,6 @@ from .records import (
     error_entry,
     new_test_record,
     no_activity,
-    torch_env,
 )
 from .stacks import Dump, parse_stacks, split_dump
 
@@ -128,37 +124,6 @@ def last_lines(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def read_journal(path: str | Path, nodeid: str) -> JournalReading:
-    """What the journal at ``path`` says of the last run of test ``nodeid``, and the environment
-    last written before it starts (all a journal says of a test that never started); nothing
-    where it was never written."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return NOTHING_READ
-    entries = [entry for line in lines if (entry := _parsed(line)) is not None]
-    starts = [i for i, entry in enumerate(entries) if entry.get("test") == nodeid]
-    begin = starts[-1] if starts else len(entries)
-    envs = [e["env"] for e in entries[: begin + 1] if isinstance(e.get("env"), dict)]
-    env = envs[-1] if envs else None
-    if not starts:
-        return JournalReading(None, {}, env)
-    after = entries[begin + 1 :]
-    ends = [i for i, entry in enumerate(after) if "test" in entry]  # the next test's start
-    ours = [entries[begin], *(after[: ends[0]] if ends else after)]
-    names = {int(e["ident"]): str(e["thread"]) for e in ours if isinstance(e.get("ident"), int)}
-    actions = [e for e in ours[1:] if "doing" in e]
-    return JournalReading(Action.from_line(actions[-1]) if actions else None, names, env)
-
-
-def _parsed(line: str) -> dict[str, Any] | None:
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return None  # cut by the crash
-    return entry if isinstance(entry, dict) else None
-
-
 def summary(end: ProcessEnd, nodeid: str = "", *, ran: bool = True) -> str:
     """One line: how the test's process ended; one that exited before it ran the test says so."""
     code = end.exit_code()
@@ -247,19 +212,19 @@ def _record(
     where: str,
     *,
     outcome: str,
-    env: Mapping[str, str],
+    env: dict[str, str],
     settings: dict[str, SettingEntry] | None = None,
     uses_plugin: bool = False,
     applied_by: str | None = None,
 ) -> TestRecord:
     """What the process that saw the death knows of the test: how it died, what it was doing,
-    and the environment the process saw (its journal's; else ``env``'s, the one it was given)."""
+    and the environment the process saw (its journal's; else ``env``, the one it was given)."""
     return new_test_record(
         nodeid,
         outcome=outcome,
         where=where,
         settings=settings or {},
-        env=end.journal.env if end.journal.env is not None else torch_env(env),
+        env=end.journal.env if end.journal.env is not None else env,
         activity=no_activity(),
         errors=[crash_error(end, text, where)],
         uses_plugin=uses_plugin,
@@ -279,7 +244,7 @@ def log_process_death(
     duration: float,
     reporting: bool,
     settings: dict[str, SettingEntry],
-    env: Mapping[str, str],
+    env: dict[str, str],
     say: Callable[[str], None],
 ) -> None:
     """Logs the reports ``item``'s process (``pid``) did not send after the phases ``logged``:
@@ -389,7 +354,7 @@ def worker_died(
     *,
     where: str,
     full_trace: bool,
-    env: Mapping[str, str],
+    env: dict[str, str],
 ) -> None:
     """Rewrites the report xdist made of ``crashitem`` (failed, ``when="???"``, "worker 'gwN'
     crashed while running") with the death's text, and adds the test's record (``where``: the

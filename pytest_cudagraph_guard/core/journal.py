@@ -1,6 +1,6 @@
 """A test process's journal of CUDA-graph activity: a small file that survives the process, so
 that :mod:`.death` can say what the process was doing when it died. Written where the test runs
-(``report.crash_journal``), read by ``death.read_journal`` in the process that saw it die (the
+(``report.crash_journal``), read (:func:`read_journal`) by the process that saw it die (the
 parent of a ``cudagraph_subprocess`` test, or xdist's controller).
 
 One line when a test starts, then one line each time the activity changes (a compile starts, a
@@ -54,7 +54,7 @@ class Action:
 
     @classmethod
     def from_line(cls, entry: dict[str, Any]) -> Action:
-        """The action a line of :meth:`line` holds, read back (by ``death.read_journal``)."""
+        """The action a line of :meth:`line` holds, read back (by :func:`read_journal`)."""
         count = entry.get("count")
         return cls(
             str(entry["doing"]),
@@ -158,7 +158,7 @@ class JournalWriter:
 
 @dataclass(frozen=True)
 class JournalReading:
-    """What a journal says of one test (read by ``death.read_journal``): its last CUDA-graph
+    """What a journal says of one test (:func:`read_journal`): its last CUDA-graph
     action, the names of the threads it saw (by ident, as the fault handler prints them), and the
     environment last written up to its start (of a test that never started: the last written)."""
 
@@ -168,3 +168,34 @@ class JournalReading:
 
 
 NOTHING_READ: Final = JournalReading(None, {}, None)
+
+
+def read_journal(path: str | Path, nodeid: str) -> JournalReading:
+    """What the journal at ``path`` says of the last run of test ``nodeid``, and the environment
+    last written before it starts (all a journal says of a test that never started); nothing
+    where it was never written."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return NOTHING_READ
+    entries = [entry for line in lines if (entry := _parsed(line)) is not None]
+    starts = [i for i, entry in enumerate(entries) if entry.get("test") == nodeid]
+    begin = starts[-1] if starts else len(entries)
+    envs = [e["env"] for e in entries[: begin + 1] if isinstance(e.get("env"), dict)]
+    env = envs[-1] if envs else None
+    if not starts:
+        return JournalReading(None, {}, env)
+    after = entries[begin + 1 :]
+    ends = [i for i, entry in enumerate(after) if "test" in entry]  # the next test's start
+    ours = [entries[begin], *(after[: ends[0]] if ends else after)]
+    names = {int(e["ident"]): str(e["thread"]) for e in ours if isinstance(e.get("ident"), int)}
+    actions = [e for e in ours[1:] if "doing" in e]
+    return JournalReading(Action.from_line(actions[-1]) if actions else None, names, env)
+
+
+def _parsed(line: str) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None  # cut by the crash
+    return entry if isinstance(entry, dict) else None

@@ -1,10 +1,9 @@
 """The records that features exchange and the report shows, each built in one place: by its
 type's call where one feature makes it, or by a function here that fills in its defaults. Also
-the kinds of the report's error entries, the environment variables a record holds
-(:func:`torch_env`), what the thread marker did in a test, the stash keys under which one feature
-leaves what another shows (so no feature imports another), and test outcomes as pytest reports
-them. Read by ``plugin.py``, the features, the report, the fixtures, the diagnosis, a process's
-death (:mod:`.death`), and the environment's readers (:mod:`.torch_env`, :mod:`.config_state`).
+the kinds of the report's error entries, what the thread marker did in a test, the stash keys
+under which one feature leaves what another shows (so no feature imports another), and test
+outcomes as pytest reports them. Read by ``plugin.py``, the features, the report, the fixtures,
+the markers and options, the fault guard, the diagnosis and a process's death (:mod:`.death`).
 
 A record holds builtin types only: it rides on a test's report as a user property, so it
 crosses pytest-xdist and test processes as JSON.
@@ -12,8 +11,7 @@ crosses pytest-xdist and test processes as JSON.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn, TypeAlias, TypedDict
 
@@ -22,8 +20,6 @@ import pytest
 from ..versions import Versions
 
 USER_PROPERTY: Final = "cudagraph"
-# The environment variables a record's ``env`` holds, and the leak guard guards.
-ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
 # A value as JSON holds it.
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 
@@ -242,13 +238,6 @@ def no_activity() -> Activity:
         by_thread={},
         earlier_compiled=0,
     )
-
-
-def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables of ``environ`` (this process's by default) named by ``ENV_PREFIXES``,
-    sorted by name."""
-    items = (os.environ if environ is None else environ).items()
-    return {k: v for k, v in sorted(items) if k.startswith(ENV_PREFIXES)}
 
 
 def new_test_record(

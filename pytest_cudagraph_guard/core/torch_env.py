@@ -1,7 +1,7 @@
-"""The environment variables of torch (those of ``records.torch_env``) as this process has
-them: a cheap stamp that tells whether they may have changed, and those the user set, less what
-torch wrote there itself. Read by the config snapshots (:mod:`.config_state`), the settings and
-the report."""
+"""The environment variables of torch that the plugin guards, reports and passes on: the one
+filter that picks them, and a cheap stamp that tells whether they may have changed. Read by the
+config snapshots (:mod:`.config_state`), the settings, the report and the test processes'
+controller."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import os
 from collections.abc import Mapping
 from typing import Final
 
-from .records import torch_env
-
-# What every name in records.ENV_PREFIXES starts with, as ``os.environ`` stores names (bytes
-# on POSIX).
+# The variables the leak guard guards and the report shows.
+ENV_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE")
+# What every name in ENV_PREFIXES starts with, as ``os.environ`` stores names (bytes on POSIX).
 _STORED_PREFIXES: Final = (b"TORCH", "TORCH")
 _STORED_PREFIX_LENGTH: Final = len("TORCH")
 
@@ -27,6 +26,13 @@ def environ_stamp() -> EnvironStamp:
     stored = getattr(os.environ, "_data", None)
     items = stored.items() if isinstance(stored, dict) else os.environ.items()
     return [(k, v) for k, v in items if k[:_STORED_PREFIX_LENGTH] in _STORED_PREFIXES]
+
+
+def torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``environ`` (this process's by default) named by ``ENV_PREFIXES``,
+    sorted by name."""
+    items = (os.environ if environ is None else environ).items()
+    return {k: v for k, v in sorted(items) if k.startswith(ENV_PREFIXES)}
 
 
 def user_torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -20,11 +20,13 @@ from typing import Any, Final, NamedTuple
 
 import pytest
 
-from ..core.death import ProcessEnd, log_process_death, read_journal
+from ..core.death import ProcessEnd, log_process_death
+from ..core.journal import read_journal
 from ..core.markers import SubprocessOptions, plugin_marks
 from ..core.records import setting_entry
 from ..core.session import PluginSession
 from ..core.settings import switched
+from ..core.torch_env import user_torch_env
 from ..core.warnings import CudagraphGuardWarning, notify
 from .pool import ProcessPool
 from .preloads import session_modules
@@ -200,7 +202,7 @@ class TestRunner:
             duration=ended.duration,
             reporting=self.recording,
             settings={key: setting_entry(value, "test") for key, value in switched(marker).items()},
-            env=request["env"],
+            env=user_torch_env(request["env"]),
             say=self.notices.append,
         )
 

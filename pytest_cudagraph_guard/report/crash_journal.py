@@ -1,7 +1,8 @@
 """What a death is read from (:mod:`..core.death`), written where tests run: the journal of
 :mod:`..core.journal` and an xdist worker's fault handler's file, which xdist's controller gives
 each worker (a replaced worker gets a new id, so each worker's files are its own) and reads back
-for :func:`..core.death.worker_died` when xdist reports the worker's test crashed. Registered by
+for :func:`..core.death.worker_died` when xdist reports the worker's test crashed (death loads
+only then). Registered by
 the report (``plugin._start_report``). The controller's hooks are optional: xdist may be absent.
 """
 
@@ -19,7 +20,6 @@ from typing import IO, Any, Final
 import pytest
 
 from .._torch import events, faults, runtime
-from ..core.death import ProcessEnd, read_journal, wait_status, worker_died
 from ..core.fault_guard import Part, register
 from ..core.journal import (
     COMPILED,
@@ -29,6 +29,7 @@ from ..core.journal import (
     REPLAYED,
     Action,
     JournalWriter,
+    read_journal,
 )
 from ..core.records import journal_path_key
 from ..core.torch_env import UserEnvReader, user_torch_env
@@ -169,6 +170,8 @@ class WorkerCrashes:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A dead worker's files, to :func:`..core.death.worker_died`; a worker without files is
         left as xdist reported it."""
+        from ..core.death import ProcessEnd, worker_died  # on xdist's controller, after a crash
+
         node: Any = getattr(report, "node", None)
         files = getattr(node, "workerinput", None) or {}
         if WORKER_JOURNAL not in files:
@@ -187,6 +190,8 @@ class WorkerCrashes:
 def _reaped(node: Any) -> int | None:
     """The dead worker's wait status, from execnet's process of a local worker; None where it is
     not one (a remote worker) or does not end."""
+    from ..core.death import wait_status
+
     popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
     if not isinstance(popen, subprocess.Popen):
         return None

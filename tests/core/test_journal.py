@@ -8,19 +8,14 @@ import threading
 from pathlib import Path
 
 from pytest_cudagraph_guard._torch import events
-from pytest_cudagraph_guard.core.death import (
-    ProcessEnd,
-    crash_error,
-    crash_text,
-    read_journal,
-    summary,
-)
+from pytest_cudagraph_guard.core.death import ProcessEnd, crash_error, crash_text, summary
 from pytest_cudagraph_guard.core.journal import (
     NOTHING_READ,
     REPLAYED,
     Action,
     JournalReading,
     JournalWriter,
+    read_journal,
 )
 from pytest_cudagraph_guard.report.crash_journal import journal_action
 
