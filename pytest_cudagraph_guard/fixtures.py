@@ -68,7 +68,7 @@ class ConfigFixtures:
     ) -> Iterator[ConfigGuard]:
         """CUDA graphs on (with trees) for the test; compiled state is reset afterwards."""
         from ._torch import trees
-        from .core.settings import cudagraph_switches
+        from ._torch.events import cudagraph_switches
 
         inductor_config.update(cudagraph_switches())
         try:

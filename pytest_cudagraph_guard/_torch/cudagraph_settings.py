@@ -14,7 +14,7 @@ from .config_access import (
     loaded_config,
     loaded_guarded_configs,
 )
-from .events import CUDAGRAPH_SWITCHES, ConfigValues
+from .events import CUDAGRAPH_SWITCHES, ConfigValues, cudagraph_switches
 from .faults import Loss, run_ours
 from .runtime import release_tuple
 from .values import RawEntry
@@ -25,10 +25,11 @@ def apply_cudagraph_settings(trees: bool) -> None:
     restores them). Written beneath the module's attribute protocol, as a restore is, so that
     the leak guard's change counter only counts what tests do."""
     config = import_config(INDUCTOR_CONFIG)
-    values = (True, trees)
-    if config.set_in_context(CUDAGRAPH_SWITCHES, values):  # every marked test passes here
+    switches = cudagraph_switches(trees)
+    keys, values = tuple(switches), tuple(switches.values())
+    if config.set_in_context(keys, values):  # every marked test passes here
         return
-    for key, value in zip(CUDAGRAPH_SWITCHES, values, strict=True):
+    for key, value in switches.items():
         config.write(key, RawEntry(value, config.raw(key).default, False))
     config.mark_dirty()
 

@@ -6,8 +6,9 @@ torch makes it cheap, ``function``, the compiled function as its user knows it
 (``step (model.py:12)``). ``settings`` are the cudagraph keys of inductor's config as the acting
 thread saw them: at every compile and recording, and at a replay only while a test has no such
 moment yet (``settings_wanted``). Also the names the readers share with torch's side: the
-inductor backend and the settings that turn CUDA graphs on (read by ``report.activity`` and
-``report.render``, and by the config modules here).
+inductor backend and the settings that turn CUDA graphs on (read by ``core.settings``, the
+fixtures, ``report.activity``, ``report.render`` and ``report.entries``, and here by the config
+modules and ``observe``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ CompileOption = bool | int | float | str
 ConfigValues = dict[str, object]
 INDUCTOR_BACKEND: Final = "inductor"  # ``Compiled.backend`` of inductor's compiles
 # The settings that turn CUDA graphs on (``torch._inductor.config``'s keys).
-CUDAGRAPH_SWITCHES: Final = ("triton.cudagraphs", "triton.cudagraph_trees")
+CUDAGRAPHS_KEY: Final = "triton.cudagraphs"
+TREES_KEY: Final = "triton.cudagraph_trees"
+CUDAGRAPH_SWITCHES: Final = (CUDAGRAPHS_KEY, TREES_KEY)
+
+
+def cudagraph_switches(trees: bool = True) -> dict[str, bool]:
+    """The settings that turn CUDA graphs on: ``triton.cudagraphs`` and, as ``trees`` says,
+    ``triton.cudagraph_trees``."""
+    return {CUDAGRAPHS_KEY: True, TREES_KEY: trees}
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from typing import Any, Final
 from .cudagraph_settings import cudagraph_settings_here, cudagraph_switches_here
 from .events import (
     AUDIENCE,
-    CUDAGRAPH_SWITCHES,
     INDUCTOR_BACKEND,
+    TREES_KEY,
     Compiled,
     CompileEnded,
     CompileOption,
@@ -126,7 +126,7 @@ def _observed_user_compiler(call_user_compiler: Any) -> Any:
 
 
 def _on_cudagraphify(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
-    trees = cudagraph_switches_here().get(CUDAGRAPH_SWITCHES[1])
+    trees = cudagraph_switches_here().get(TREES_KEY)
     emit(Cudagraphified(thread_label(), trees))
 
 

@@ -14,7 +14,7 @@ from .faults import Loss
 class PatchRow(NamedTuple):
     """One torch attribute the plugin replaces."""
 
-    id: str  # stable: tests and docs refer to it
+    id: str  # module.name: tests refer to it, and a test checks the module uses it
     owner: str  # dotted path of the module or class; alternatives (by release) split by " | "
     attribute: str
     releases: str  # the torch releases where it is replaced

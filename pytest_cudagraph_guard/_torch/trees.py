@@ -1,7 +1,8 @@
 """CUDAGraph Trees per-thread state: creating (the public ``ensure_cudagraph_tls``), releasing
 and resetting it, on every release, for the thread marker (:mod:`..threads.run`) and the
-fixtures; and what ``tls="init"`` adds to torch for the duration of a run, reference-counted
-(``start_thread_readiness``).
+fixtures; what ``tls="init"`` adds to torch for the duration of a run, reference-counted
+(``start_thread_readiness``); and what this torch does by itself, for the diagnosis, the
+settings' printout and the observers.
 
 torch 2.13 (pytorch PR #184357) creates the per-thread state lazily in ``get_obj`` and takes a
 module-level ``graph_capture_lock`` around tree-manager creation, warm-up and capture. Before
@@ -11,10 +12,10 @@ had the state, and captures in several threads could overlap.
 What ``tls="init"`` adds: on torch < 2.13, one process-wide lock around tree-manager creation,
 warm-up and capture, where 2.13 takes ``graph_capture_lock``. On every release: dynamo's
 "FX-traces a compiled function" check made per thread. That check reads ``torch.fx``'s tracing
-flag, which is process-wide: while one thread traces (AOT autograd, during its compile), a
-compiled call in any other thread raises "Detected that you are using FX to symbolically trace a
-dynamo-optimized function". Functions that ``torch.compile`` wrapped before the run keep the
-check they captured then.
+flag, which is process-wide before torch 2.14: while one thread traces (AOT autograd, during its
+compile), a compiled call in any other thread raises "Detected that you are using FX to
+symbolically trace a dynamo-optimized function". Functions that ``torch.compile`` wrapped
+before the run keep the check they captured then.
 """
 
 from __future__ import annotations
@@ -102,8 +103,7 @@ def serializes_captures(trees: ModuleType) -> bool:
 
 
 def ensure_cudagraph_tls() -> bool:
-    """Makes CUDAGraph Trees usable in the calling thread, as torch 2.13 does by itself (the
-    package's public ``ensure_cudagraph_tls``).
+    """Makes CUDAGraph Trees usable in the calling thread, as torch 2.13 does by itself.
 
     Returns True if the thread's state had to be created, False if it was there already. Safe to
     call anywhere, any number of times; imports torch. The same as torch 2.13's

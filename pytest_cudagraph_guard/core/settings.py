@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .._torch import runtime, values
+from .._torch.events import cudagraph_switches
 from .records import SettingEntry, setting_entry
 from .torch_env import EnvironStamp, environ_stamp, user_torch_env
 
@@ -19,14 +20,6 @@ if TYPE_CHECKING:
 
 # Besides the config modules, the modules whose source names the variables torch reads.
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
-
-
-def cudagraph_switches(trees: bool = True) -> dict[str, bool]:
-    """The settings that turn CUDA graphs on: ``triton.cudagraphs`` and, as ``trees`` says,
-    ``triton.cudagraph_trees``."""
-    from .._torch.events import CUDAGRAPH_SWITCHES
-
-    return dict(zip(CUDAGRAPH_SWITCHES, (True, trees), strict=True))
 
 
 def switched(options: ThreadOptions | SubprocessOptions) -> dict[str, bool]:

@@ -37,7 +37,6 @@ from .torch_findings import (
 )
 
 CUDAGRAPHS_BACKEND: Final = "cudagraphs"
-CUDAGRAPHS_KEY, TREES_KEY = events.CUDAGRAPH_SWITCHES
 COMPILE_SOURCE: Final = "compile"
 TEST_SOURCE: Final = "test"
 
@@ -56,7 +55,9 @@ class Compile(NamedTuple):
     def wants_cudagraphs(self) -> bool:
         if self.backend == CUDAGRAPHS_BACKEND:
             return True
-        return self.backend == events.INDUCTOR_BACKEND and bool(self.effective(CUDAGRAPHS_KEY))
+        return self.backend == events.INDUCTOR_BACKEND and bool(
+            self.effective(events.CUDAGRAPHS_KEY)
+        )
 
 
 class Moment(NamedTuple):
@@ -228,7 +229,7 @@ def _compiled_entry(compiled: Compile) -> CompiledEntry:
         backend=compiled.backend,
         options=jsonable(compiled.options),
         cudagraphs=compiled.wants_cudagraphs(),
-        trees=jsonable(compiled.effective(TREES_KEY)),
+        trees=jsonable(compiled.effective(events.TREES_KEY)),
         settings=jsonable(compiled.settings),
     )
 

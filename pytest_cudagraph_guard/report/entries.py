@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from .._torch.events import INDUCTOR_BACKEND
 from ..core.options import CUDAGRAPH_SKIP, LEAK
 from ..core.records import (
     FINDING_KINDS,
@@ -186,7 +187,7 @@ def thread_label(threads: Sequence[str]) -> str:
 
 def backends_text(compiled: Iterable[CompiledEntry]) -> str:
     """``eager 1, inductor 2``: the compiles by backend."""
-    backends = Counter(c.get("backend", "inductor") for c in compiled)
+    backends = Counter(c.get("backend", INDUCTOR_BACKEND) for c in compiled)
     return ", ".join(f"{b} {n}" for b, n in sorted(backends.items()))
 
 

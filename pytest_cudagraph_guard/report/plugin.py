@@ -16,7 +16,7 @@ import pytest
 from .._torch import events, faults, runtime, thread_names
 from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser
 from ..core.fault_guard import Part
-from ..core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER
+from ..core.markers import plugin_marks
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
 from ..core.records import (
     USER_PROPERTY,
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from ..core.session import PluginSession
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
-PLUGIN_MARKERS: Final = (THREAD_MARKER, SUBPROCESS_MARKER, MAIN_THREAD_MARKER)
 FAIL_ON_OPTION: Final = option_flag("fail_on")
 
 
@@ -245,7 +244,8 @@ def _uses_plugin(item: pytest.Item, *, cudagraphs_on: bool) -> bool:
     ``--cudagraph-on``, which switches CUDA graphs on for every test."""
     if cudagraphs_on or PLUGIN_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         return True
-    return any(item.get_closest_marker(name) is not None for name in PLUGIN_MARKERS)
+    marks = plugin_marks(item)  # looked up once per test
+    return marks.thread is not None or marks.process is not None or bool(marks.main_thread)
 
 
 # -- --cudagraph-fail-on: the entries of a record whose kind the session fails on ------------

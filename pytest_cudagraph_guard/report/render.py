@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
-from .._torch.events import CUDAGRAPH_SWITCHES
+from .._torch.events import CUDAGRAPH_SWITCHES, CUDAGRAPHS_KEY
 from ..core.records import RERECORD, Activity, ReportDocument, ReportSummary, TestRecord
 from .entries import (
     Group,
@@ -267,7 +267,7 @@ def _bullet(line: str) -> str:
 
 
 def _table_row(record: TestRecord) -> str:
-    cudagraphs = record["settings"].get("triton.cudagraphs")
+    cudagraphs = record["settings"].get(CUDAGRAPHS_KEY)
     switch = f"{_cell(cudagraphs['value'])} ({_cell(cudagraphs['source'])})" if cudagraphs else "-"
     counts: dict[str, int] = {}
     for group in grouped(record_entries(record)):
