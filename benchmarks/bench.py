@@ -15,6 +15,7 @@ line states the figure, what it is measured against (its floor) and the target.
     python benchmarks/bench.py --gpu --gpu-run n4-one-queue   # only that run
     python benchmarks/bench.py --case report-json --tests 10000 --pairs 1  # JSON report's size
     python benchmarks/bench.py --case plugins  # every installed plugin loaded / only this one
+    python benchmarks/bench.py --case heavy-imports  # a test whose module imports seconds of work
     python benchmarks/bench.py --case scale --pairs 2   # 10 / 4,000 cases, 1,000 files (minutes)
 
 Per-test costs in milliseconds come from pytest's own session time (its summary's "in N s":
@@ -39,6 +40,7 @@ from functools import partial
 from pathlib import Path
 
 from bench_gpu import GPU_RUNS, GPU_TESTS, measure_gpu
+from bench_heavy_imports import measure_heavy_imports
 from bench_scale import PLUGINS_TESTS, SCALE_LARGEST, measure_plugins, measure_scale
 from bench_subprocess import measure_subprocess, measure_subprocess_against
 from bench_suites import (
@@ -340,6 +342,7 @@ def measures() -> dict[str, Callable[[int, int, Log], dict[str, object]]]:
         "thread-rounds": measure_thread_rounds,
         "plugins": measure_plugins,
         "scale": measure_scale,
+        "heavy-imports": measure_heavy_imports,
     }
 
 

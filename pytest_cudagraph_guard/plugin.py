@@ -11,7 +11,8 @@ see the package's ``__init__``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -72,8 +73,8 @@ class Features:
         Part("--cudagraph-settings", "the settings printed", hooks=("pytest_cmdline_main",)),
         Part(
             "cudagraph_subprocess",
-            "test processes started while collecting",
-            hooks=("pytest_collectstart",),
+            "test processes started, and test modules' imports loaded ahead, while collecting",
+            hooks=("pytest_make_collect_report",),
         ),
         Part(
             "cudagraph_guard", "the setup checks of marked tests", hooks=("pytest_runtest_setup",)
@@ -117,16 +118,21 @@ class Features:
         if session.recording:
             _start_report(session)
 
-    def pytest_collectstart(self, collector: pytest.Collector) -> None:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, Any]:
         """A module whose tests will run in processes of their own gets its first test process
-        started before the module is imported, so that their imports overlap."""
-        if not isinstance(collector, pytest.Module) or collector.config.option.collectonly:
-            return
-        session = plugin_session(collector.config)
-        if session is None or session.in_test_process:
-            return
-        if session.options.subprocess or _names_marker(collector):
-            _isolation(session).prestart()
+        started before the module is imported, so that their imports overlap; what its import
+        loads is noted for the zygote, which loads it ahead of the module's test processes."""
+        session = _session_with_processes(collector)
+        if session is None or not isinstance(collector, pytest.Module):
+            return (yield)
+        from .isolation.preloads import module_collection_finished, module_collection_started
+
+        _isolation(session).prestart()
+        module_collection_started(collector)
+        report = yield
+        module_collection_finished(collector)
+        return report
 
     @pytest.hookimpl(trylast=True)  # whatever the hooks of collection did, the tests are final now
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -223,6 +229,17 @@ def _isolation(session: PluginSession) -> IsolationPlugin:
 
     found = isolation_of(session.config)
     return found if found is not None else IsolationPlugin.load(session)
+
+
+def _session_with_processes(collector: pytest.Collector) -> PluginSession | None:
+    """The session, where ``collector`` is a module of it whose tests may run in processes of
+    their own (the session's option, or a module that names the marker)."""
+    if not isinstance(collector, pytest.Module) or collector.config.option.collectonly:
+        return None
+    session = plugin_session(collector.config)
+    if session is None or session.in_test_process:
+        return None
+    return session if session.options.subprocess or _names_marker(collector) else None
 
 
 def _names_marker(module: pytest.Module) -> bool:

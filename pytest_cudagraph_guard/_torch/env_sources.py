@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.util
 import inspect
 import os
 import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Final
 
 from .runtime import import_quietly, torch_loaded
 
 ENV_NAME_PREFIXES: Final = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_")
+CACHE_DIR_UTILS: Final = "torch._inductor.runtime.cache_dir_utils"
 
 
 @functools.cache
@@ -29,10 +33,31 @@ def is_torch_env_memo(key: str, before: str | None, after: str | None) -> bool:
     if not torch_loaded():
         return False
     try:
-        utils = import_quietly("torch._inductor.runtime.cache_dir_utils")
-        return bool(os.path.abspath(utils.default_cache_dir()) == after)
+        return bool(os.path.abspath(_cache_dir_utils().default_cache_dir()) == after)
     except Exception:
         return False
+
+
+def _cache_dir_utils() -> ModuleType:
+    """torch's ``cache_dir_utils``: as loaded, else read from its file alone, which torch keeps
+    free of torch's heavy imports ("without torch dependencies"); imported by its name, it would
+    run ``torch._inductor``'s package first, and dynamo with it: seconds of a report that reads
+    the environment of a session that never compiles."""
+    loaded = sys.modules.get(CACHE_DIR_UTILS)
+    if loaded is not None:
+        return loaded
+    return _standalone_cache_dir_utils()
+
+
+@functools.cache
+def _standalone_cache_dir_utils() -> ModuleType:
+    path = Path(sys.modules["torch"].__file__ or "").parent / "_inductor/runtime/cache_dir_utils.py"
+    spec = importlib.util.spec_from_file_location("_cudagraph_guard_cache_dir_utils", path)
+    if spec is None or spec.loader is None:
+        return import_quietly(CACHE_DIR_UTILS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.cache

@@ -5,9 +5,12 @@ process's record)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 from .._torch import runtime, values
 from .._torch.events import cudagraph_switches
@@ -20,6 +23,8 @@ if TYPE_CHECKING:
 
 # Besides the config modules, the modules whose source names the variables torch reads.
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
+# The key in pytest's cache of inductor's settings as a process that never loaded it has them.
+DEFAULTS_STORE_PREFIX: Final = "cudagraph_guard/inductor-defaults/"
 
 
 def switched(options: ThreadOptions | SubprocessOptions) -> dict[str, bool]:
@@ -76,13 +81,29 @@ def _copied(raw: tuple[Any, Any]) -> tuple[Any, Any]:
     return (values.copy_value(raw[0]), values.copy_value(raw[1]))
 
 
+class DefaultsStore(Protocol):
+    """Where the settings of a process that never loaded inductor are kept between sessions:
+    pytest's cache (``config.cache``)."""
+
+    def get(self, key: str, default: Any) -> Any: ...
+
+    def set(self, key: str, value: object) -> None: ...
+
+
 class SettingsReader:
     """``effective_settings(keys)`` as the report's records hold them, read again only when a
     key's stored value or torch's environment variables changed since the last read: most tests
     change neither, and a full read (sources included) costs far more than comparing what it
-    was made from."""
+    was made from.
 
-    def __init__(self) -> None:
+    Where the process has not loaded inductor (its tests compiled nothing), the settings are
+    inductor's defaults under torch's variables, which importing inductor would take seconds of
+    every process (every xdist worker) to read: they are kept in ``store`` under the installed
+    torch and the variables, and read from there by later sessions."""
+
+    def __init__(self, store: DefaultsStore | None = None) -> None:
+        self._store = store
+        self._defaults: dict[str, dict[str, SettingEntry]] = {}  # by their key in the store
         self._config: config_access.ConfigAccess | None = None
         self._keys: list[str] = []
         self._made_from: StoredValues | None = None
@@ -92,8 +113,14 @@ class SettingsReader:
     def read(self, extra_keys: Iterable[str] = ()) -> dict[str, SettingEntry]:
         from .._torch import config_access
 
+        extra_keys = list(extra_keys)
         config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
+        stored_as = None
         if config is None:
+            stored_as = self._defaults_key(extra_keys)
+            stored = self._stored(stored_as)
+            if stored is not None:
+                return stored
             config = config_access.import_config(config_access.INDUCTOR_CONFIG)
         keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
         if config is not self._config or keys != self._keys:
@@ -103,11 +130,41 @@ class SettingsReader:
             self._record = {k: setting_entry(jsonable(s.value), s.source) for k, s in found}
             self._made_from = StoredValues([config.raw_reader(key) for key in keys])
             self._stamp = environ_stamp()
+        if stored_as is not None and self._store is not None:
+            self._defaults[stored_as] = dict(self._record)
+            with warnings.catch_warnings():  # pytest's own, where its cache cannot be written
+                warnings.simplefilter("ignore")
+                # As [key, value, source] rows: pytest's cache sorts a mapping's keys.
+                rows = [[k, e["value"], e["source"]] for k, e in self._record.items()]
+                self._store.set(stored_as, rows)
         return dict(self._record)
 
     def _unchanged(self) -> bool:
         made_from = self._made_from
         return made_from is not None and environ_stamp() == self._stamp and made_from.unchanged()
+
+    def _defaults_key(self, extra_keys: list[str]) -> str | None:
+        """The store's key for inductor's defaults under this torch and torch's variables now."""
+        torch = sys.modules.get("torch")
+        if self._store is None or torch is None:
+            return None
+        made_by = (getattr(torch, "__version__", ""), getattr(torch, "__file__", ""))
+        digest = hashlib.sha256(repr((made_by, environ_stamp(), extra_keys)).encode())
+        return f"{DEFAULTS_STORE_PREFIX}{digest.hexdigest()[:32]}"
+
+    def _stored(self, key: str | None) -> dict[str, SettingEntry] | None:
+        if key is None or self._store is None:
+            return None
+        if key not in self._defaults:
+            stored = self._store.get(key, None)
+            if not isinstance(stored, list) or not stored:
+                return None
+            rows = [row for row in stored if isinstance(row, list) and len(row) == _ROW_LENGTH]
+            self._defaults[key] = {str(k): setting_entry(v, str(source)) for k, v, source in rows}
+        return dict(self._defaults[key])
+
+
+_ROW_LENGTH: Final = 3
 
 
 def _source(

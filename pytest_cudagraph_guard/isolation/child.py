@@ -250,9 +250,12 @@ class SubprocessChild:
         """A spare waits for its test around its collection (``SpareWait.collect``)."""
         self.ending.collecting = frozenset(sys.modules)
         distributions.stop_serving()
-        if self.spare is None:
-            return (yield)
-        return (yield from self.spare.collect(self, session.config))
+        try:
+            if self.spare is None:
+                return (yield)
+            return (yield from self.spare.collect(self, session.config))
+        finally:
+            self.ending.set_up(self.spare.waited_s if self.spare is not None else 0.0)
 
     def select(self, config: pytest.Config, nodearg: str | None) -> None:
         """The test this session collects (a spare's is not known before its collection)."""

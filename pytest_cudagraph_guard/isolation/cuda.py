@@ -26,12 +26,17 @@ class CudaUse(TypedDict):
     free_bytes: int  # free GPU memory then; 0 where unknown
 
 
+def standin_initialised() -> bool:
+    """Whether this process has initialised the stand-in for CUDA, where one is named."""
+    standin = os.environ.get(STANDIN_VARIABLE)
+    return bool(standin) and standin in sys.modules
+
+
 def cuda_use() -> CudaUse:
     """Called in a test process after its test; it initialises nothing. The free memory is
     that which a spare found as it set CUDA up, where it did."""
-    standin = os.environ.get(STANDIN_VARIABLE)
-    if standin:
-        return {"initialised": standin in sys.modules, "free_bytes": 0}
+    if os.environ.get(STANDIN_VARIABLE):
+        return {"initialised": standin_initialised(), "free_bytes": 0}
     torch: Any = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return {"initialised": False, "free_bytes": 0}

@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from .cuda import cuda_use
-from .preloads import installed_plugin_modules, modules_for_a_zygote, note_needed_modules
+from .preloads import Timings, installed_plugin_modules, modules_for_a_zygote, note_needed_modules
 
 
 class Ending:
@@ -23,6 +24,9 @@ class Ending:
     the modules again as it ends, with what that end imported."""
 
     def __init__(self, present: frozenset[str], done: int | None) -> None:
+        self.born = time.monotonic()
+        self.set_up_s: float | None = None  # from its start to its test's, less a spare's wait
+        self.test_started: float | None = None
         self.present = present  # the modules the process started with
         self.collecting: frozenset[str] | None = None  # those loaded as its collection began
         self.finished: frozenset[str] | None = None  # those loaded once its test finished
@@ -36,8 +40,20 @@ class Ending:
             return
         plugins = installed_plugin_modules(config) if config else set()
         loaded = [name for name in list(sys.modules) if name not in self.present]
-        needed = modules_for_a_zygote(loaded, plugins, self._outside_the_test(loaded))
-        note_needed_modules(request_path.parent, needed, cuda_use())
+        project = config.rootpath if config else None
+        needed = modules_for_a_zygote(loaded, plugins, self._outside_the_test(loaded), project)
+        note_needed_modules(request_path.parent, needed, cuda_use(), self._timings())
+
+    def set_up(self, waited_s: float) -> None:
+        """Its collection is done: its test starts; ``waited_s``: how long a spare waited
+        for its test meanwhile, which is not its set-up."""
+        self.test_started = time.monotonic()
+        self.set_up_s = self.test_started - self.born - waited_s
+
+    def _timings(self) -> Timings | None:
+        if self.set_up_s is None or self.test_started is None:
+            return None
+        return {"set_up_s": self.set_up_s, "test_s": time.monotonic() - self.test_started}
 
     def _outside_the_test(self, loaded: list[str]) -> set[str]:
         """Of ``loaded``, what the session imported before its collection began (its plugins,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cuda import standin_initialised
 from .protocol import CHILD_CRASH_EXIT, STDERR_NAME, STDOUT_NAME, ChildRequest
 
 CUDA_ERROR_NOT_INITIALIZED = 3
@@ -40,7 +41,7 @@ def fork_hazard() -> str | None:
     gone after one throwaway fork, and are only started again when used, which a zygote never
     does: so a pool found here is given that one chance to go."""
     hazard = _hazard_now()
-    if hazard is None or _cuda_driver_initialized():
+    if hazard is None or _cuda_initialised():
         return hazard
     _throwaway_fork()
     return _hazard_now()
@@ -59,9 +60,13 @@ def _hazard_now() -> str | None:
     threads = _os_thread_count()
     if threads > 1:
         return f"the zygote has {threads} OS threads"
-    if _cuda_driver_initialized():
+    if _cuda_initialised():
         return "the zygote has initialised the CUDA driver"
     return None
+
+
+def _cuda_initialised() -> bool:
+    return _cuda_driver_initialized() or standin_initialised()
 
 
 def _os_thread_count() -> int:

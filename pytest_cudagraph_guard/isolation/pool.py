@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
+from .._torch import env_sources
 from ..core.death import last_lines, wait_status
 from .folders import SessionFolder, owner_only
 from .forking import kill_group
@@ -46,7 +47,17 @@ ZYGOTE_CLOSE_TIMEOUT_S: Final = 10.0
 MAX_ZYGOTES: Final = 4
 # Variables read when an interpreter or torch starts: a child must come from a zygote that
 # started with the same values, or from a spawned interpreter.
-IMPORT_TIME_PREFIXES: Final = ("TORCH", "PYTORCH", "PYTHON", "OMP_", "MKL_", "KMP_", "TRITON")
+# CUDA_ too: what a zygote loads ahead may have asked which devices there are (through NVML).
+IMPORT_TIME_PREFIXES: Final = (
+    "TORCH",
+    "PYTORCH",
+    "PYTHON",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "TRITON",
+    "CUDA_",
+)
 
 
 class Zygote:
@@ -74,16 +85,23 @@ class Zygote:
         self.ending: set[int] = set()  # test processes that said they were done, not yet ended
         self.longest_timeout = 0.0  # of the tests it ran: how long one may take to end
         self._modules_sent: ModuleLists | None = None  # the session's, as last sent
+        self._imports_sent: set[str] = set()  # the test modules whose imports it was sent
         assert self.process.stdout is not None
         self._replies = LineReader(self.process.stdout.fileno())
 
     def with_modules_once(self, request: ChildRequest) -> ChildRequest:
         """``request``, with the session's modules only where they changed since this zygote
-        was last sent them: it loads them once, not with every test."""
+        was last sent them, and its test module's imports only the first time: it loads them
+        once, not with every test."""
         sent = request.copy()
         if request["session_modules"] is self._modules_sent:
             sent["session_modules"] = no_modules()
         self._modules_sent = request["session_modules"]
+        imports = request["module_imports"]
+        if imports is not None and imports["module"] in self._imports_sent:
+            sent["module_imports"] = None
+        elif imports is not None:
+            self._imports_sent.add(imports["module"])
         return sent
 
     def start(self, request: Path) -> int | str:
@@ -222,8 +240,14 @@ class ProcessPool:
     # -- processes ---------------------------------------------------------------------------
 
     def _zygote(self, env: dict[str, str]) -> Zygote:
+        """The zygote for ``env``'s variables read at import: torch's memo of its default cache
+        folder, which torch writes once it first compiles (a collection that runs inductor's
+        CPU checks does), is none of them."""
         read_at_import = [
-            k for k in env if k.startswith(IMPORT_TIME_PREFIXES) or k in self.import_time
+            k
+            for k in env
+            if (k.startswith(IMPORT_TIME_PREFIXES) or k in self.import_time)
+            and not env_sources.is_torch_env_memo(k, None, env[k])
         ]
         key = tuple(sorted((k, env[k]) for k in read_at_import))
         zygote = self._zygotes.get(key)

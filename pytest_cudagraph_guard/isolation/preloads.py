@@ -1,6 +1,7 @@
-"""What a zygote loads ahead for its test processes: what it loads first, and which of the
-modules a session or a test process loaded it may load for the next test process. Read by
-:mod:`.zygote`, :mod:`.ending`, :mod:`.runner` and :mod:`.pool`."""
+"""What a zygote loads ahead for its test processes: what it loads first, which of the modules
+a session or a test process loaded it may load for the next test process, and what the parent's
+collection of a test module imported for it (:func:`module_collection_started`). Read by
+:mod:`.zygote`, :mod:`.ending`, :mod:`.runner`, :mod:`.pool` and the plugin's collection hooks."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import sys
 import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, TypedDict
 
 import pytest
 
+from .._torch import process_work
 from .cuda import CudaUse
-from .protocol import NEEDED_MODULES_NAME, ModuleLists
+from .protocol import NEEDED_MODULES_NAME, ModuleImports, ModuleLists
 
 PRELOAD_FIRST: Final = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
 # Each saves a test process a second of imports. Every test process needs them where the cudagraph
@@ -52,17 +54,29 @@ def _installed_folders() -> tuple[str, ...]:
     return tuple(os.path.join(os.path.abspath(folder), "") for folder in found if folder)
 
 
-def installed(name: str) -> bool:
+def installed(name: str, project: Path | None = None) -> bool:
     """Whether the loaded module ``name`` is an installed one, importable by that name: built
-    in, or from the standard library or a site folder (not the project's own code, its
+    in, or from the standard library or a site folder, or, given the ``project``'s root folder,
+    from a folder outside it; never one that pytest rewrote (the project's own code, its
     conftests and test modules, which each test process imports itself)."""
     spec = getattr(sys.modules.get(name), "__spec__", None)
-    if spec is None or spec.name != name:
+    if spec is None or spec.name != name or _rewritten_by_pytest(spec):
         return False
     if spec.origin in ("built-in", "frozen"):
         return True
     origin = spec.origin if spec.has_location else None
-    return isinstance(origin, str) and os.path.abspath(origin).startswith(_installed_folders())
+    if not isinstance(origin, str):
+        return False
+    path = os.path.abspath(origin)
+    if path.startswith(_installed_folders()):
+        return True
+    return project is not None and not path.startswith(os.path.join(str(project), ""))
+
+
+def _rewritten_by_pytest(spec: Any) -> bool:
+    """Whether pytest's assertion rewriting loaded the module: a test process must import it
+    itself, for its asserts to be rewritten there too."""
+    return type(spec.loader).__name__ == "AssertionRewritingHook"
 
 
 def installed_plugin_modules(config: Any) -> set[str]:
@@ -90,7 +104,10 @@ def session_modules(config: pytest.Config) -> ModuleLists:
 
 
 def modules_for_a_zygote(
-    names: Iterable[str], plugins: Iterable[str], outside_test: Iterable[str] = ()
+    names: Iterable[str],
+    plugins: Iterable[str],
+    outside_test: Iterable[str] = (),
+    project: Path | None = None,
 ) -> ModuleLists:
     """Of the modules ``names`` (in the order they were loaded), those a zygote may load for its
     next test process: the trusted ones; those of the installed ``plugins``, which it tries in
@@ -109,23 +126,79 @@ def modules_for_a_zygote(
             and name not in plugins
             and name not in PARENT_ONLY
             and not trusted(name)
-            and installed(name)
+            and installed(name, project)
         ],
     }
 
 
-def note_needed_modules(folder: Path, needed: ModuleLists, cuda: CudaUse) -> None:
+# --- what the parent's collection of a test module imported --------------------------------
+
+_collecting_key: Final = pytest.StashKey[dict[str, tuple[frozenset[str], frozenset[str]]]]()
+_module_imports_key: Final = pytest.StashKey[dict[str, ModuleImports]]()
+
+
+def module_collection_started(module: pytest.Module) -> None:
+    """Called in the parent as the collection of ``module`` starts, where its tests may run in
+    processes of their own: what is loaded and done before the module is imported."""
+    started = (frozenset(sys.modules), process_work.done_here())
+    module.config.stash.setdefault(_collecting_key, {})[str(module.path)] = started
+
+
+def module_collection_finished(module: pytest.Module) -> None:
+    """Called once the collection of ``module`` has ended: the installed modules its import
+    loaded, in the order their imports began, and torch's per-process work it did, for the
+    requests of its tests (:func:`module_imports`)."""
+    path = str(module.path)
+    started = module.config.stash.get(_collecting_key, {}).pop(path, None)
+    if started is None:
+        return
+    loaded, done = started
+    project = module.config.rootpath
+    names = [
+        name
+        for name in list(sys.modules)
+        if name not in loaded and name not in PARENT_ONLY and installed(name, project)
+    ]
+    work = sorted(process_work.done_here() - done)
+    found: ModuleImports = {"module": path, "names": names, "work": work}
+    module.config.stash.setdefault(_module_imports_key, {})[path] = found
+
+
+def module_imports(item: pytest.Item) -> ModuleImports | None:
+    """What the collection of ``item``'s module imported for it, where the parent saw it."""
+    return item.config.stash.get(_module_imports_key, {}).get(str(item.path))
+
+
+class Timings(TypedDict):
+    """How long a test process took to set up (from its start to its test's, its collection
+    included, less a spare's wait for its test) and to run its test, to its session's end."""
+
+    set_up_s: float
+    test_s: float
+
+
+class Noted(NamedTuple):
+    """What a test process noted for the zygote (:func:`note_needed_modules`)."""
+
+    modules: ModuleLists
+    cuda: CudaUse | None
+    timings: Timings | None
+
+
+def note_needed_modules(
+    folder: Path, needed: ModuleLists, cuda: CudaUse, timings: Timings | None
+) -> None:
     """Called by a test process once its test has finished and again as it ends, with the
-    modules the next test process will need (:func:`modules_for_a_zygote`) and its use of
-    CUDA: whether spares should set up CUDA. Tests that compile need dynamo, so the zygote
-    loads it before the next fork; trivial tests do not, and do not wait for it. Replaced at
-    once: the zygote may read it meanwhile."""
+    modules the next test process will need (:func:`modules_for_a_zygote`), its use of CUDA
+    (whether spares should set up CUDA) and its timings (how many spares keep up). Tests that
+    compile need dynamo, so the zygote loads it before the next fork; trivial tests do not, and
+    do not wait for it. Replaced at once: the zygote may read it meanwhile."""
     written = folder / f"{NEEDED_MODULES_NAME}.{os.getpid()}"
-    written.write_text(json.dumps({**needed, "cuda": cuda}))
+    written.write_text(json.dumps({**needed, "cuda": cuda, "timings": timings}))
     os.replace(written, folder / NEEDED_MODULES_NAME)
 
 
-def needed_modules(folder: Path) -> tuple[ModuleLists, CudaUse | None]:
+def needed_modules(folder: Path) -> Noted:
     """What the test process of ``folder`` noted (:func:`note_needed_modules`); nothing if it
     noted nothing readable."""
     try:
@@ -140,9 +213,13 @@ def needed_modules(folder: Path) -> tuple[ModuleLists, CudaUse | None]:
             "initialised": bool(cuda["initialised"]),
             "free_bytes": int(cuda["free_bytes"]),
         }
+        timed = noted["timings"]
+        timings: Timings | None = None
+        if timed is not None:
+            timings = {"set_up_s": float(timed["set_up_s"]), "test_s": float(timed["test_s"])}
     except (OSError, ValueError, LookupError, TypeError):
-        return no_modules(), None
-    return modules, use
+        return Noted(no_modules(), None, None)
+    return Noted(modules, use, timings)
 
 
 def no_modules() -> ModuleLists:

@@ -57,6 +57,18 @@ class ModuleLists(TypedDict):
     started: list[str]
 
 
+class ModuleImports(TypedDict):
+    """What the parent's collection of a test module imported for it (``preloads``): the
+    installed modules, in the order their imports began, and torch's per-process work the import
+    did (``_torch.process_work`` names). The zygote loads and does them before it forks the
+    module's first test process, as far as forks stay sound (``walk``). ``module``: the test
+    module's path; ``names`` and ``work`` are sent to a zygote once per module."""
+
+    module: str
+    names: list[str]
+    work: list[str]
+
+
 class ChildRequest(TypedDict):
     """What a test process needs to run one test as the parent session would have."""
 
@@ -71,6 +83,7 @@ class ChildRequest(TypedDict):
     # meanwhile, which collects it ahead.
     next_nodearg: str | None
     session_modules: ModuleLists
+    module_imports: ModuleImports | None  # of the test's module, where the parent collected it
     results: str | None  # where reports go; None for a spare, until it gets its test
     basetemp: str
     cuda_ahead: bool  # a spare may initialise CUDA before its test (ini cudagraph_cuda_ahead)

@@ -29,7 +29,7 @@ from ..core.settings import switched
 from ..core.torch_env import user_torch_env
 from ..core.warnings import CudagraphGuardWarning, notify
 from .pool import ProcessPool
-from .preloads import session_modules
+from .preloads import module_imports, session_modules
 from .protocol import (
     JOURNAL_NAME,
     RESULTS_NAME,
@@ -158,6 +158,8 @@ class TestRunner:
             "next_nodearg": None if following is None else _node_argument(following),
             # What the zygote may load while this test's process starts, for the next ones.
             "session_modules": session_modules(self.config),
+            # What the zygote loads before it forks the module's first test process.
+            "module_imports": module_imports(item),
             "results": str(folder / RESULTS_NAME),
             "basetemp": str(folder / "tmp"),
             "cuda_ahead": self.options.cuda_ahead,

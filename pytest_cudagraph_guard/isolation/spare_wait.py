@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Protocol
@@ -34,6 +35,7 @@ class SpareWait:
 
     def __init__(self, assignments: int) -> None:
         self.assignments = LineReader(assignments)
+        self.waited_s = 0.0  # for lines from the zygote: not the spare's set-up
 
     def collect(self, child: TestTaker, config: pytest.Config) -> Generator[None, object, object]:
         """Told the test to expect, waits for it after the collection, whatever that did."""
@@ -55,8 +57,11 @@ class SpareWait:
 
     def _next_line(self) -> str:
         """The next line from the zygote, warming kernels up until it arrives."""
+        started = time.monotonic()
         AHEAD.warm_up_while(lambda: not self.assignments.has_line())
-        return (self.assignments.next() or "").strip()
+        line = (self.assignments.next() or "").strip()
+        self.waited_s += time.monotonic() - started
+        return line
 
 
 def _ready_before_the_test(request: ChildRequest, config: pytest.Config) -> None:

@@ -1,8 +1,10 @@
 """Spares: test processes the zygote (:mod:`.zygote`) forks ahead of their tests, and how many
-it keeps. While a test runs, spares fork, set up their pytest sessions as the test's process did
-(and, once the session's test processes have shown they use CUDA, initialise CUDA), and wait,
-before their collection, for the request of a test. The oldest is told the test the parent runs
-next, which it collects while it waits; it gets only that test."""
+it keeps: as many as this session's test processes take to set up for each test they run
+(:class:`Pace`), bounded by the cores and the GPU memory. While a test runs, spares fork, set up
+their pytest sessions as the test's process did (and, once the session's test processes have
+shown they use CUDA, initialise CUDA), and wait, before their collection, for the request of a
+test. The oldest is told the test the parent runs next, which it collects while it waits; it
+gets only that test."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import json
 import math
 import os
 import shutil
+import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +24,7 @@ from typing import Final
 
 from .cuda import CudaUse
 from .forking import RunSpare, TestProcess, fork_hazard, fork_with_output, kill_child
+from .preloads import Timings
 from .protocol import STDERR_NAME, STDOUT_NAME, ChildRequest, expect_line, run_line, send_line
 
 SPARE_CONTEXT = ("cwd", "env", "sys_path", "args", "trees", "switches", "cuda_ahead")
@@ -34,7 +39,34 @@ CONTEXT_SECONDS: Final = 0.14
 ONE_QUEUE_CONTEXT_SECONDS: Final = 0.04
 WARM_UP_SECONDS: Final = 0.39
 ONE_QUEUE_VARIABLE: Final = "CUDA_DEVICE_MAX_CONNECTIONS"
+# The test processes whose timings set the pace: the last few, so that one slow start (the first,
+# which loads what the zygote had not) does not set it alone.
+TIMINGS_KEPT: Final = 5
 XDIST_WORKERS_VARIABLE: Final = "PYTEST_XDIST_WORKER_COUNT"
+
+
+class Pace:
+    """How many test processes to set up ahead so that each test finds one ready: a set-up takes
+    ``set_up_s`` (the median of the last test processes', their collection and module imports,
+    CUDA context and warm-up included) and a test ``test_s``; ``ceil(set_up_s / test_s)`` spares
+    in flight each finish setting up as a test ends. Unknown (None) until a test process
+    noted its timings."""
+
+    def __init__(self) -> None:
+        self.set_ups: deque[float] = deque(maxlen=TIMINGS_KEPT)
+        self.tests: deque[float] = deque(maxlen=TIMINGS_KEPT)
+
+    def noted(self, timings: Timings | None) -> None:
+        if timings is not None:
+            self.set_ups.append(timings["set_up_s"])
+            self.tests.append(timings["test_s"])
+
+    def ahead(self) -> int | None:
+        if not self.set_ups:
+            return None
+        # A test shorter than a CUDA context's creation still waits for the driver's next one.
+        test_s = max(statistics.median(self.tests), CONTEXT_SECONDS)
+        return max(1, math.ceil(statistics.median(self.set_ups) / test_s))
 
 
 def _spare_context(request: ChildRequest) -> str:
@@ -65,6 +97,7 @@ class Spares:
         self.folders: dict[int, Path] = {}  # of assigned spares, removed when they end
         self.enabled = True
         self.cuda: CudaUse | None = None  # what the last test process that used CUDA noted
+        self.pace = Pace()
 
     def assign(self, request: ChildRequest | None, request_path: str) -> TestProcess | None:
         """The spare now running the request's test; None if there is none for it (or the
@@ -88,16 +121,17 @@ class Spares:
                 _discard(spare)
         return None
 
-    def noted(self, cuda: CudaUse | None) -> None:
+    def noted(self, cuda: CudaUse | None, timings: Timings | None) -> None:
         if cuda is not None and cuda["initialised"]:
             self.cuda = cuda
+        self.pace.noted(timings)
 
     def fork(self, request: ChildRequest) -> None:
         """Spares set up as ``request``'s test process, if the parent said the next test is
         marked too, up to the number wanted."""
         if not (self.enabled and request["next_nodearg"] is not None):
             return
-        wanted = spares_wanted(request["spares"], self.cuda, request["env"])
+        wanted = spares_wanted(request["spares"], self.cuda, request["env"], self.pace.ahead())
         init_cuda = request["cuda_ahead"] and self.cuda is not None
         while len(self.waiting) < wanted and fork_hazard() is None:
             try:
@@ -197,44 +231,56 @@ def _discard(spare: _Spare, *, running: bool = True) -> None:
     shutil.rmtree(spare.folder, ignore_errors=True)
 
 
-def spares_wanted(setting: int | None, cuda: CudaUse | None, environment: Mapping[str, str]) -> int:
-    """How many spares a zygote keeps: the ini's number; else one, and, once the session's test
-    processes use CUDA, :func:`cuda_spares` for the xdist workers, the cores and the GPU memory
-    of this machine. ``environment``: the test processes' (the session's, the marker's ``env``
-    and the ini's variables)."""
+def spares_wanted(
+    setting: int | None,
+    cuda: CudaUse | None,
+    environment: Mapping[str, str],
+    ahead: int | None = None,
+) -> int:
+    """How many spares a zygote keeps: the ini's number; else as many as keep up with the tests
+    (``ahead``, from :class:`Pace`, where known: one before), bounded by the cores of this
+    machine shared among the xdist workers and, once the session's test processes use CUDA, by
+    :func:`cuda_spares`. ``environment``: the test processes' (the session's, the marker's
+    ``env`` and the ini's variables)."""
     if setting is not None:
         return setting
+    workers = _xdist_workers(environment)
     if cuda is None or not cuda["initialised"]:
-        return 1
+        spare_cores = usable_cores() // workers - 1
+        return 1 if ahead is None else max(1, min(ahead, spare_cores, MAX_AUTOMATIC_SPARES))
     return cuda_spares(
-        workers=_xdist_workers(environment),
+        workers=workers,
         cores=usable_cores(),
         free_bytes=cuda["free_bytes"],
         one_queue=environment.get(ONE_QUEUE_VARIABLE) == "1",
+        ahead=ahead,
     )
 
 
-def cuda_spares(*, workers: int, cores: int, free_bytes: int, one_queue: bool) -> int:
-    """Spares per pytest process (one per xdist worker) for test processes that use CUDA.
+def cuda_spares(
+    *, workers: int, cores: int, free_bytes: int, one_queue: bool, ahead: int | None = None
+) -> int:
+    """Spares per pytest process (one per xdist worker) for test processes that use CUDA:
+    ``ahead`` (what this worker's tests need, measured), else what the driver's figures say.
 
     The driver creates contexts one at a time for the whole machine, however many processes
     ask, so at best one CUDA test process starts per context it creates (140 ms on an H200, 40
-    with ``CUDA_DEVICE_MAX_CONNECTIONS=1``). A spare is ready once it has its context and has
-    warmed its kernels up (about 390 ms more, of its own CPU): ``ceil((140 + 390) / 140) = 4``
-    spares in flight keep up with the driver (``ceil((40 + 390) / 40) = 11`` with one queue, of
-    which :data:`MAX_AUTOMATIC_SPARES`); more, counted over every worker, only queue behind each
-    other for the driver (and a spare discarded unused, when the next test's marker differs, has
-    cost it a context for nothing). That budget is shared among the xdist workers, and each
+    with ``CUDA_DEVICE_MAX_CONNECTIONS=1``). A spare whose set-up is only its context and its
+    kernels' warm-up (about 390 ms more, of its own CPU) is ready after ``ceil((140 + 390) /
+    140) = 4`` spares in flight keep up with the driver (``ceil((40 + 390) / 40) = 11`` with one
+    queue, of which :data:`MAX_AUTOMATIC_SPARES`); more, counted over every worker, only queue
+    behind each other for the driver. That budget is shared among the xdist workers, and each
     keeps at least one, which also takes its session's start off the critical path. On an H200:
     serial 4 (8 with one queue); ``-n 2`` 2 each (4); ``-n 4`` 1 each (2); ``-n 8`` and more, 1
     each. Each spare also needs a core (the cores shared among the workers, less one for the
     test) and a context's room in the GPU's free memory (shared likewise)."""
-    context = ONE_QUEUE_CONTEXT_SECONDS if one_queue else CONTEXT_SECONDS
-    in_flight = min(math.ceil((context + WARM_UP_SECONDS) / context), MAX_AUTOMATIC_SPARES)
-    driver = in_flight // workers
+    if ahead is None:
+        context = ONE_QUEUE_CONTEXT_SECONDS if one_queue else CONTEXT_SECONDS
+        in_flight = min(math.ceil((context + WARM_UP_SECONDS) / context), MAX_AUTOMATIC_SPARES)
+        ahead = in_flight // workers
     spare_cores = cores // workers - 1
     room = free_bytes // workers // CONTEXT_BYTES if free_bytes else spare_cores
-    return max(1, min(driver, spare_cores, room))
+    return max(1, min(ahead, MAX_AUTOMATIC_SPARES, spare_cores, room))
 
 
 def _xdist_workers(environment: Mapping[str, str]) -> int:

@@ -37,6 +37,7 @@ from .protocol import (
     SESSION_FOLDER_PREFIX,
     ChildRequest,
     LineReader,
+    ModuleImports,
     ModuleLists,
     child_sys_path,
     done_line,
@@ -50,6 +51,7 @@ from .protocol import (
     started_line,
 )
 from .spares import Spares
+from .walk import Walked, walk_imports, walk_work
 
 _PARENT = os.getppid()
 
@@ -143,16 +145,21 @@ class _Server:
         self.folders: dict[int, Path] = {}
 
     def serve_one(self, request_path: str) -> None:
-        """Starts the test's process and waits until it is done. While it starts, the zygote
-        loads what the request says the parent session has loaded and, where the next test is
-        marked too, forks spares (:mod:`.spares`), which take the next requests if their
-        context matches; after it, it loads what the test process noted in its folder that the
-        next one will need (and whether it used CUDA). A test process says it is done once its
-        test has finished: the next test starts then, while it ends its session, until its
-        test's timeout at most; it is reaped once the next test has started, or when the zygote
-        ends."""
+        """Starts the test's process and waits until it is done. Before the first test of a
+        module, the zygote loads what the parent's collection of the module imported (where a
+        spare collected it ahead, after); while the test's process starts, what the request says
+        the parent session has loaded, and, where the next test is marked too, it forks spares
+        (:mod:`.spares`), which take the next requests if their context matches; after the
+        test, what the test process noted in its folder that the next one will need (and
+        whether it used CUDA). A test process says it is done once its test has finished: the
+        next test starts then, while it ends its session, until its test's timeout at most; it
+        is reaped once the next test has started, or when the zygote ends."""
         request = _request(request_path)
         process = self.spares.assign(request, request_path)
+        if request is not None:
+            self.learner.take(request)
+            if process is None:
+                self.learner.load_module_imports(request["module_imports"], self.spares)
         if process is None:
             hazard = fork_hazard()
             if hazard is not None:
@@ -164,12 +171,10 @@ class _Server:
         pid = process.pid
         deadline = time.monotonic() + (request["timeout"] if request is not None else 0.0)
         send_line(self.replies, started_line(pid))
-        if request is not None:
-            self.learner.cwd = request["cwd"]
         self._reap_exiting()
         if request is not None:
-            sys.path[:] = child_sys_path(request)  # to import what its test processes would
             distributions.read_ahead(request["cwd"])
+            self.learner.load_module_imports(request["module_imports"], self.spares)
             self.learner.load(request["session_modules"])  # while the test process starts
             self.spares.fork(request)
             self.spares.expect(request["next_nodearg"])
@@ -189,10 +194,10 @@ class _Server:
             self.folders[pid] = folder
         else:
             self.spares.finished(pid)
-        needed, cuda = needed_modules(folder)  # before the parent removes the folder
+        noted = needed_modules(folder)  # before the parent removes the folder
         send_line(self.replies, (done_line if exiting else exited_line)(pid, status))
-        self.spares.noted(cuda)
-        self.learner.load(needed, self.spares)
+        self.spares.noted(noted.cuda, noted.timings)
+        self.learner.load(noted.modules, self.spares)
 
     def _reap_exiting(self) -> None:
         """Test processes that said they were done and have ended since: the zygote loads what
@@ -202,7 +207,7 @@ class _Server:
         for pid, status in self.exiting.take_ended():
             folder = self.folders.pop(pid, None)
             if folder is not None:
-                self.learner.load(needed_modules(folder)[0], self.spares)
+                self.learner.load(needed_modules(folder).modules, self.spares)
             self.spares.finished(pid)
             send_line(self.replies, exited_line(pid, status))
 
@@ -231,13 +236,19 @@ def _compiling_modules_loaded() -> int:
 
 class Learner:
     """Loads what test processes needed, so that the next ones find it loaded: trusted modules
-    at once, others only where a trial fork shows that importing them keeps forks sound: all
-    at once, else each top-level package's alone."""
+    at once, the others as far as a walk in trial forks shows that forks stay sound
+    (:mod:`.walk`), each module once."""
 
     def __init__(self, preloads: Preloads) -> None:
         self.preloads = preloads
-        self.tried: set[str] = set()
+        self.tried: set[str] = set()  # modules and torch's work, walked once each
         self.cwd: str | None = None  # the test processes' working directory, once known
+
+    def take(self, request: ChildRequest) -> None:
+        """The test processes' working directory and ``sys.path``, as ``request`` says: what
+        the zygote imports for them, it imports as they would."""
+        self.cwd = request["cwd"]
+        sys.path[:] = child_sys_path(request)
 
     def load(self, needed: ModuleLists, spares: Spares | None = None) -> None:
         """Loads ``needed`` in the test processes' working directory, as they would have;
@@ -248,52 +259,42 @@ class Learner:
             for name in needed["modules"]:
                 if trusted(name) and name not in sys.modules:
                     self.preloads.load(name)
-            self._try_and_load(needed["plugins"], tell=True)
-            self._try_and_load(needed["started"], tell=False)
+            self._walk(needed["plugins"], tell=True)
+            self._walk(needed["started"], tell=False)
         if spares is not None and _compiling_modules_loaded() != compiling:
             spares.discard()
 
-    def _try_and_load(self, names: list[str], *, tell: bool) -> None:
+    def load_module_imports(self, imports: ModuleImports | None, spares: Spares) -> None:
+        """Loads what a test module's import loaded in the parent and does torch's work it did;
+        ``spares`` forked before would do it all again: where anything was loaded, they go."""
+        if imports is None:
+            return
+        loaded = len(sys.modules)
+        with _working_in(self.cwd):
+            self._walk(imports["names"], tell=False)
+            work = [name for name in imports["work"] if name not in self.tried]
+            self.tried.update(work)
+            _said(walk_work(work))
+        if len(sys.modules) != loaded or work:
+            spares.discard()
+
+    def _walk(self, names: list[str], *, tell: bool) -> None:
         """Loads those of ``names`` that keep forks sound; with ``tell``, an import that fails
         is said to the user."""
         names = [name for name in names if name not in sys.modules and name not in self.tried]
         self.tried.update(names)
         if not names:
             return
-        if self._fork_stays_sound_after_importing(names, tell=tell):
-            sound = names
-        else:
-            packages = _by_package(names)
-            sound = [
-                name
-                for package in packages
-                if len(packages) > 1 and self._fork_stays_sound_after_importing(package, tell=tell)
-                for name in package
-            ]
-        for name in sound:
-            self.preloads.load(name, tell=tell)
-
-    def _fork_stays_sound_after_importing(self, names: list[str], *, tell: bool) -> bool:
-        """Whether importing ``names`` in a trial fork works and leaves a fork sound; an import
-        that fails there is a preload failure (said to the user with ``tell``)."""
-        failures, written = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(failures)
-                for name in names:
-                    _import_or_tell(name, written)
-                os._exit(0 if fork_hazard() is None else 1)
-            finally:
-                os._exit(1)
-        os.close(written)
-        with os.fdopen(failures, encoding="utf-8") as told:
-            failed = told.read().splitlines()
-        _, status = os.waitpid(pid, 0)
-        for line in failed if tell else ():
-            name, _, error = line.partition(" ")
+        walked = walk_imports(names, functools.partial(self.preloads.load, tell=False))
+        _said(walked)
+        for name, error in walked.failed.items() if tell else ():
             self.preloads.fail(name, preload_failure(name, error))
-        return not failed and os.waitstatus_to_exitcode(status) == 0
+
+
+def _said(walked: Walked) -> None:
+    """What a walk left to the test processes, in the zygote's log."""
+    for name, why in walked.unsound.items():
+        print(f"zygote: left to the test processes: {name} ({why})", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -308,24 +309,6 @@ def _working_in(folder: str | None) -> Iterator[None]:
         yield
     finally:
         os.chdir(own)
-
-
-def _by_package(names: list[str]) -> list[list[str]]:
-    """``names`` by top-level package, each in its order."""
-    packages: dict[str, list[str]] = {}
-    for name in names:
-        packages.setdefault(name.partition(".")[0], []).append(name)
-    return list(packages.values())
-
-
-def _import_or_tell(name: str, failures: int) -> None:
-    """In a trial fork: imports ``name``, or writes why not to ``failures`` and exits."""
-    try:
-        runtime.import_quietly(name)
-    except Exception as exc:
-        error = repr(exc).replace("\n", " ")
-        os.write(failures, f"{name} {error}\n".encode())
-        os._exit(1)
 
 
 def _leave_no_files() -> None:

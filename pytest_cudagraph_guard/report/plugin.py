@@ -70,7 +70,7 @@ class ReportPlugin:
         self.observing = False
         self._current: TestActivity | None = None
         self._lock = threading.Lock()
-        self._settings = SettingsReader()
+        self._settings = SettingsReader(getattr(config, "cache", None))
         self._env = UserEnvReader()
         self._diagnose_hook = hook_diagnoser(config)
         self._thread_watch = ThreadExceptionWatch(self._diagnose_hook)

@@ -1,0 +1,79 @@
+"""torch's own work that a process does once, whichever test it runs, and that involves no CUDA:
+what a zygote may do ahead for its test processes (``isolation.walk``), once the parent saw a
+test module's import do it. Found with a profiler on the GPU machine (``docs/performance.md``,
+"Real torch test modules"), not guessed: each row is a function of torch's that keeps its result
+for the process (``functools.cache``), so a process forked after it ran finds it done.
+
+Also the one way the zygote's imports ask whether CUDA exists without initialising it
+(:func:`cuda_asked_through_nvml`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any, Final, NamedTuple
+
+from .runtime import import_quietly
+
+# torch's switch for torch.cuda.is_available(): through NVML (the driver's management library,
+# which creates no CUDA context and leaves cuInit undone) instead of the CUDA runtime.
+NVML_CHECK_VARIABLE: Final = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+class ProcessWork(NamedTuple):
+    """One function of torch's whose result torch keeps for the process."""
+
+    name: str  # as the test processes' requests say it
+    module: str
+    function: str
+    why: str
+
+
+WORK: Final = (
+    ProcessWork(
+        "cpu_vec_isa",
+        "torch._inductor.cpu_vec_isa",
+        "valid_vec_isa_list",
+        "the CPU vector-ISA checks: a C++ compiler run and a Python process per ISA, which "
+        "torch.testing._internal.inductor_utils runs as it is imported (HAS_CPU, RUN_CPU)",
+    ),
+)
+_BY_NAME: Final = {work.name: work for work in WORK}
+
+
+def done_here() -> frozenset[str]:
+    """The work of :data:`WORK` this process has done; it loads nothing."""
+    return frozenset(work.name for work in WORK if _cached_results(work) > 0)
+
+
+def do(name: str) -> None:
+    """Does the work ``name`` here (its module imported if it is not); an unknown name is none.
+    torch's own failure is raised: the caller's trial fork tells it."""
+    work = _BY_NAME.get(name)
+    if work is not None:
+        getattr(import_quietly(work.module), work.function)()
+
+
+def _cached_results(work: ProcessWork) -> int:
+    function: Any = getattr(sys.modules.get(work.module), work.function, None)
+    try:
+        return int(function.cache_info().currsize)
+    except (AttributeError, TypeError, ValueError):  # not loaded, or no longer a cache
+        return 0
+
+
+@contextlib.contextmanager
+def cuda_asked_through_nvml() -> Iterator[None]:
+    """Within: torch.cuda.is_available() asks NVML (``device_count()`` does already), so that a
+    module whose import only asks whether CUDA exists can be imported in a process that must
+    not initialise CUDA; the same answer where the driver works. A value the user set stays."""
+    if NVML_CHECK_VARIABLE in os.environ:
+        yield
+        return
+    os.environ[NVML_CHECK_VARIABLE] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(NVML_CHECK_VARIABLE, None)

@@ -1,0 +1,282 @@
+"""How a zygote loads modules for its test processes and stays able to fork. A list of modules is
+imported in a trial fork first, in the order given, with the zygote's own check (no thread
+started, CUDA untouched: :func:`.forking.fork_hazard`) made as each module's import completes,
+the nested ones included. The trial says which modules completed, in the order they did, and
+stops at the first after which a fork is unsound; the zygote then imports what completed before
+it (each after the modules it imported itself, as they completed), and walks on in a new trial,
+in which the unsound module is refused: a module that imports it is left to the test processes
+without running it again. A module whose import fails is left likewise.
+
+torch's per-process work (``_torch.process_work``) is tried the same way. While it walks, an
+import that only asks whether CUDA exists asks NVML (``process_work.cuda_asked_through_nvml``).
+Used by :mod:`.zygote`'s ``Learner``.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import os
+import select
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from types import ModuleType
+from typing import Any, Final
+
+from .._torch import process_work, runtime
+from .forking import fork_hazard
+
+# How long a trial may go without a word (each import says it starts) before the import under
+# way is taken for one that hangs: the module is left to the test processes.
+TRIAL_SILENCE_S: Final = 120.0
+_DIED: Final = "a trial process died or hung importing it"
+
+
+@dataclass
+class Walked:
+    """What a walk left to the test processes: modules whose import failed (with the error) and
+    modules (or work) after which a fork is not sound, or that import one (with why)."""
+
+    failed: dict[str, str] = field(default_factory=dict)
+    unsound: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Trial:
+    """What a trial said: the modules that completed while forks stayed sound, in order; those
+    it left (why); the one after which a fork was unsound (why), where one was."""
+
+    done: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    needs: dict[str, str] = field(default_factory=dict)
+    unsound: tuple[str, str] | None = None
+
+
+def walk_imports(names: Sequence[str], load: Callable[[str], None]) -> Walked:
+    """Loads (``load``: the zygote's import) those of ``names`` that keep forks sound, and what
+    they import that does."""
+    walked = Walked()
+    pending = [name for name in dict.fromkeys(names) if name not in sys.modules]
+    with process_work.cuda_asked_through_nvml():
+        while pending:
+            trial = _read_trial(_trial(partial(_import_each, pending, dict(walked.unsound))))
+            for name in _loadable(trial.done):
+                load(name)
+            walked.failed |= trial.failed
+            walked.unsound |= trial.needs
+            if trial.unsound is None:
+                break
+            walked.unsound[trial.unsound[0]] = trial.unsound[1]
+            left = walked.unsound.keys() | walked.failed.keys()
+            pending = [name for name in pending if name not in sys.modules and name not in left]
+    return walked
+
+
+def walk_work(names: Sequence[str]) -> Walked:
+    """Does here those of torch's per-process work ``names`` that keep forks sound."""
+    walked = Walked()
+    with process_work.cuda_asked_through_nvml():
+        for name in names:
+            if name in process_work.done_here():
+                continue
+            trial = _read_trial(_trial(partial(_do, name)))
+            if trial.unsound is not None:
+                walked.unsound[name] = trial.unsound[1]
+            elif name in trial.failed:
+                walked.failed[name] = trial.failed[name]
+            else:
+                process_work.do(name)
+    return walked
+
+
+def _loadable(done: list[str]) -> list[str]:
+    """Of the modules a trial completed (in order), those the zygote can import by name as they
+    completed: the packages that hold each completed too (one still importing when the trial
+    stopped would run its rest, the unsound part among it), or are loaded here already."""
+    completed = set(done)
+    return [
+        name
+        for name in done
+        if name not in sys.modules
+        and all(parent in completed or parent in sys.modules for parent in _packages_holding(name))
+    ]
+
+
+def _packages_holding(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts))]
+
+
+# --- the trial, in a fork -----------------------------------------------------------------
+
+
+def _trial(body: Callable[[int], None]) -> list[str]:
+    """Runs ``body`` in a fork, which writes its lines to the descriptor it is given; those lines,
+    until the end of its pipe or :data:`TRIAL_SILENCE_S` without one (it is then killed)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            body(write)
+        finally:
+            os._exit(0)
+    os.close(write)
+    data = b""
+    try:
+        while select.select([read], [], [], TRIAL_SILENCE_S)[0]:
+            chunk = os.read(read, 65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(read)
+        _end(pid)
+    return data.decode(errors="replace").splitlines()
+
+
+def _end(pid: int) -> None:
+    """Waits for the trial, killed first where it has not ended (it hung)."""
+    ended, _ = os.waitpid(pid, os.WNOHANG)
+    if not ended:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def _read_trial(lines: list[str]) -> _Trial:
+    """What the trial's lines say (:class:`_Watch`); one that ended without ``end`` or
+    ``unsound`` (it died, or hung) stopped at the innermost import it had started."""
+    trial = _Trial()
+    started: list[str] = []
+    for line in lines:
+        word, _, rest = line.partition(" ")
+        name, _, text = rest.partition(" ")
+        if word == "start":
+            started.append(name)
+        elif word == "done":
+            trial.done.append(name)
+            if name in started:
+                started.remove(name)
+        elif word == "failed":
+            trial.failed[name] = text
+        elif word == "needs":
+            trial.needs[name] = f"it imports {text}, which a fork cannot follow"
+        elif word == "unsound":
+            trial.unsound = (name, text)
+            return trial
+        elif word == "end":
+            return trial
+    if started:
+        trial.unsound = (started[-1], _DIED)
+    return trial
+
+
+def _say(told: int, *words: str) -> None:
+    os.write(told, (" ".join(" ".join(words).split()) + "\n").encode())
+
+
+class _Refused(BaseException):  # not an ImportError: no module may catch it
+    """Raised, in a trial, where a module imports one known to leave a fork unsound."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__(module)
+        self.module = module
+
+
+def _import_each(names: Sequence[str], refused: dict[str, str], told: int) -> None:
+    """In the trial: imports ``names`` in order, watched (:class:`_Watch`)."""
+    watch = _Watch(refused, told)
+    sys.meta_path.insert(0, watch)
+    for name in names:
+        if name in sys.modules:
+            continue
+        try:
+            runtime.import_quietly(name)
+        except _Refused as refusal:
+            _say(told, "needs", name, refusal.module)
+        except BaseException as exc:  # a module may even exit: the test process meets it itself
+            _say(told, "failed", name, repr(exc))
+    _say(told, "end")
+
+
+def _do(name: str, told: int) -> None:
+    """In the trial: torch's work ``name``, then the check."""
+    _say(told, "start", name)
+    try:
+        process_work.do(name)
+    except BaseException as exc:
+        _say(told, "failed", name, repr(exc))
+        _say(told, "end")
+        return
+    hazard = fork_hazard()
+    _say(told, *(("unsound", name, hazard) if hazard else ("done", name)))
+    _say(told, "end")
+
+
+class _Watch(importlib.abc.MetaPathFinder):
+    """In a trial, first on ``sys.meta_path``: says each module's import as it starts and as it
+    completes, checks after each that a fork is still sound (else says why and ends the trial),
+    and refuses the modules known to leave it unsound. A module whose import met a refusal
+    (even one it caught) is said to need the refused one, not to be done."""
+
+    def __init__(self, refused: dict[str, str], told: int) -> None:
+        self.refused = refused
+        self.told = told
+        self.importing: list[str] = []
+        self.tainted: dict[str, str] = {}  # importing module: the refused one it met
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name in self.refused:
+            for importer in self.importing:
+                self.tainted.setdefault(importer, name)
+            raise _Refused(name)
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _WatchedLoader(spec.loader, self)  # type: ignore[assignment]
+                return spec
+        return None
+
+    def started(self, name: str) -> None:
+        self.importing.append(name)
+        _say(self.told, "start", name)
+
+    def completed(self, name: str) -> None:
+        self.importing.remove(name)
+        if name in self.tainted:
+            _say(self.told, "needs", name, self.tainted.pop(name))
+            return
+        hazard = fork_hazard()
+        if hazard is not None:
+            _say(self.told, "unsound", name, hazard)
+            os._exit(0)
+        _say(self.told, "done", name)
+
+
+class _WatchedLoader:
+    """A module's loader, in a trial: what it does, said to the watch (``_Watch``)."""
+
+    def __init__(self, loader: Any, watch: _Watch) -> None:
+        self._loader = loader
+        self._watch = watch
+
+    def create_module(self, spec: Any) -> ModuleType | None:
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._watch.started(module.__name__)
+        try:
+            self._loader.exec_module(module)
+        except BaseException:
+            self._watch.importing.remove(module.__name__)
+            raise
+        self._watch.completed(module.__name__)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)

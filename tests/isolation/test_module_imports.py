@@ -1,0 +1,96 @@
+"""What a test module's import loads, loaded once by the zygote before it forks the module's
+first test process: installed modules in the order the parent's collection imported them, as
+far as forks stay sound (never one that asks CUDA), and torch's per-process work. Counted in real
+test processes, never timed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import FORKED_BY_A_ZYGOTE, FakeCuda, logged
+
+# An installed library in the shape of torch.testing._internal.inductor_utils: a pure module, a
+# module whose import runs torch's CPU vector-ISA checks and then asks CUDA (the stand-in) about
+# its device, and one imported after it.
+LIBRARY = {
+    "__init__.py": "",
+    "core.py": "import xml.dom.minidom\nVALUE = 1\n",
+    "testing.py": (
+        "import heavy_lib.core\n"
+        "import torch._inductor.cpu_vec_isa as isa\n"
+        "HAS_CPU = bool(isa.valid_vec_isa_list()) or True\n"
+        "import fake_cuda  # asks CUDA for its device properties\n"
+        "import heavy_lib.later\n"
+    ),
+    "later.py": "import tarfile\n",
+}
+LIBRARY_MODULES = ("heavy_lib", "xml.dom.minidom", "tarfile")
+
+CONFTEST = """
+import sys
+
+def pytest_configure(config):
+    # what the test process has loaded before its collection imports the test module
+    config.stash["at_start"] = set(sys.modules)
+    isa = sys.modules.get("torch._inductor.cpu_vec_isa")
+    config.stash["isa_done"] = bool(isa and isa.valid_vec_isa_list.cache_info().currsize)
+"""
+
+TEST_MODULE = f"""
+import os
+import sys
+import pytest
+import heavy_lib.testing
+{FORKED_BY_A_ZYGOTE}
+PREFIXES = {LIBRARY_MODULES!r}
+
+@pytest.mark.cudagraph_subprocess
+@pytest.mark.parametrize("i", range(3))
+def test_imports(i, request):
+    at_start = request.config.stash["at_start"]
+    imported_here = sorted(
+        name for name in sys.modules if name.startswith(PREFIXES) and name not in at_start
+    )
+    isa_done = request.config.stash["isa_done"]
+    with open(os.environ["RAN"], "a") as log:
+        log.write(f"{{os.getpid()}} {{os.getppid()}} {{forked_by_a_zygote()}} {{isa_done}} "
+                  f"{{','.join(imported_here)}}\\n")
+"""
+
+
+@pytest.fixture
+def library(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``heavy_lib``, installed outside the inner session's project folder."""
+    site = tmp_path_factory.mktemp("installed")
+    package = site / "heavy_lib"
+    package.mkdir()
+    for name, text in LIBRARY.items():
+        (package / name).write_text(text)
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_a_test_module_s_installed_imports_are_loaded_once_before_its_first_test_process(
+    fake_cuda: FakeCuda, library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test process imports itself only the module that asks CUDA; the zygote never
+    initialises CUDA; the vector-ISA checks the import ran are done before any test process."""
+    tester = fake_cuda()
+    # The inner session is a process of its own (its torch's caches start empty): its path.
+    monkeypatch.setenv("PYTHONPATH", f"{library}:{tester.path / 'site'}")
+    tester.makeconftest(CONFTEST)
+    tester.makepyfile(test_imports=TEST_MODULE)
+    result = tester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    ran = logged(tester, "ran.log")
+    assert len(ran) == 3
+    zygotes = {int(line[1]) for line in ran}
+    for pid, _, forked, isa_done, *imported in ran:
+        assert forked == "True"
+        assert imported == ["heavy_lib.testing"], pid  # the rest came loaded
+        assert isa_done == "True", pid
+    initialised = {int(line[0]) for line in logged(tester, "inits.log")}
+    assert {int(line[0]) for line in ran} <= initialised  # each test process asked CUDA itself
+    assert not zygotes & initialised  # the zygote never did

@@ -1,0 +1,77 @@
+"""The walk that loads modules into a zygote (``isolation.walk``): real trial forks over a real
+package, no pytest session. A module that starts a thread is left to the test processes, with
+every module that imports it, even one that catches what stopped it; what completed before it
+is loaded, in the order it completed; a module whose import fails is left too."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_cudagraph_guard._torch.runtime import import_quietly
+from pytest_cudagraph_guard.isolation.walk import walk_imports
+
+PACKAGE = {
+    "__init__.py": "",
+    "starts.py": "import walked_pkg.pure\nimport walked_pkg.threaded\nVALUE = 1\n",
+    "pure.py": "import colorsys\n",
+    "threaded.py": (
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    ),
+    "imports_it.py": "import walked_pkg.threaded\n",
+    "catches_it.py": "try:\n    import walked_pkg.threaded\nexcept BaseException:\n    pass\n",
+    "after.py": "import walked_pkg.pure\n",
+    "fails.py": "raise RuntimeError('no')\n",
+}
+ORDER = ["walked_pkg", *(f"walked_pkg.{name[:-3]}" for name in PACKAGE if name != "__init__.py")]
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Iterator[None]:
+    (tmp_path / "walked_pkg").mkdir()
+    for name, text in PACKAGE.items():
+        (tmp_path / "walked_pkg" / name).write_text(text)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [name for name in sys.modules if name.startswith("walked_pkg")]:
+            del sys.modules[name]
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.usefixtures("package")
+def test_the_walk_loads_what_keeps_forks_sound_and_leaves_the_rest() -> None:
+    threads = _threads()
+    loaded: list[str] = []
+
+    def load(name: str) -> None:
+        loaded.append(name)
+        import_quietly(name)
+
+    walked = walk_imports(ORDER, load)
+    assert _threads() <= threads  # no thread came with what was loaded
+    assert "colorsys" in sys.modules
+    assert [name for name in loaded if name.startswith("walked_pkg")] == [
+        "walked_pkg",
+        "walked_pkg.pure",
+        "walked_pkg.after",
+    ]
+    assert set(walked.unsound) == {
+        "walked_pkg.threaded",  # its own thread
+        "walked_pkg.starts",  # importing it when the thread started
+        "walked_pkg.imports_it",
+        "walked_pkg.catches_it",  # caught the refusal: its state would not be the test's
+    }
+    assert "OS threads" in walked.unsound["walked_pkg.threaded"]
+    assert list(walked.failed) == ["walked_pkg.fails"]
+    assert "walked_pkg.threaded" not in sys.modules
