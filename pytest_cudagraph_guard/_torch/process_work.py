@@ -15,8 +15,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
-from .runtime import import_quietly
-
 # torch's switch for torch.cuda.is_available(): through NVML (the driver's management library,
 # which creates no CUDA context and leaves cuInit undone) instead of the CUDA runtime.
 NVML_CHECK_VARIABLE: Final = "PYTORCH_NVML_BASED_CUDA_CHECK"
@@ -48,12 +46,16 @@ def done_here() -> frozenset[str]:
     return frozenset(work.name for work in WORK if _cached_results(work) > 0)
 
 
-def do(name: str) -> None:
-    """Does the work ``name`` here (its module imported if it is not); an unknown name is none.
-    torch's own failure is raised: the caller's trial fork tells it."""
+def do(name: str) -> bool:
+    """Does the work ``name`` here, where its module is loaded (importing it could do more than
+    this work: the caller loads modules its own way); whether it did. torch's own failure is
+    raised."""
     work = _BY_NAME.get(name)
-    if work is not None:
-        getattr(import_quietly(work.module), work.function)()
+    module = sys.modules.get(work.module) if work is not None else None
+    if work is None or module is None:
+        return False
+    getattr(module, work.function)()
+    return True
 
 
 def _cached_results(work: ProcessWork) -> int:

@@ -7,8 +7,9 @@ it (each after the modules it imported itself, as they completed), and walks on 
 in which the unsound module is refused: a module that imports it is left to the test processes
 without running it again. A module whose import fails is left likewise.
 
-torch's per-process work (``_torch.process_work``) is tried the same way. While it walks, an
-import that only asks whether CUDA exists asks NVML (``process_work.cuda_asked_through_nvml``).
+torch's per-process work (``_torch.process_work``) is done in the zygote itself, checked after by
+the same rule (:func:`walk_work`). While it walks, an import that only asks whether CUDA exists
+asks NVML (``process_work.cuda_asked_through_nvml``).
 Used by :mod:`.zygote`'s ``Learner``.
 """
 
@@ -75,19 +76,24 @@ def walk_imports(names: Sequence[str], load: Callable[[str], None]) -> Walked:
 
 
 def walk_work(names: Sequence[str]) -> Walked:
-    """Does here those of torch's per-process work ``names`` that keep forks sound."""
+    """Does here those of torch's per-process work ``names`` not done yet, each then checked by
+    the same rule. Not in a trial first: each row of the table was found to run only CPU work
+    (compilers and Python processes, no thread left), and a trial would double what torch 2.11
+    takes for it (about 30 s of the vector-ISA checks)."""
     walked = Walked()
     with process_work.cuda_asked_through_nvml():
         for name in names:
-            if name in process_work.done_here():
+            if name in process_work.done_here() or fork_hazard() is not None:
                 continue
-            trial = _read_trial(_trial(partial(_do, name)))
-            if trial.unsound is not None:
-                walked.unsound[name] = trial.unsound[1]
-            elif name in trial.failed:
-                walked.failed[name] = trial.failed[name]
-            else:
-                process_work.do(name)
+            try:
+                if not process_work.do(name):
+                    walked.unsound[name] = "its module was left to the test processes"
+                    continue
+            except Exception as exc:  # torch's: the test processes meet it themselves
+                walked.failed[name] = repr(exc)
+            hazard = fork_hazard()
+            if hazard is not None:  # the zygote then forks no more: its tests are spawned
+                walked.unsound[name] = hazard
     return walked
 
 
@@ -198,20 +204,6 @@ def _import_each(names: Sequence[str], refused: dict[str, str], told: int) -> No
             _say(told, "needs", name, refusal.module)
         except BaseException as exc:  # a module may even exit: the test process meets it itself
             _say(told, "failed", name, repr(exc))
-    _say(told, "end")
-
-
-def _do(name: str, told: int) -> None:
-    """In the trial: torch's work ``name``, then the check."""
-    _say(told, "start", name)
-    try:
-        process_work.do(name)
-    except BaseException as exc:
-        _say(told, "failed", name, repr(exc))
-        _say(told, "end")
-        return
-    hazard = fork_hazard()
-    _say(told, *(("unsound", name, hazard) if hazard else ("done", name)))
     _say(told, "end")
 
 
