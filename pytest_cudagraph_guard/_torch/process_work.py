@@ -46,6 +46,12 @@ def done_here() -> frozenset[str]:
     return frozenset(work.name for work in WORK if _cached_results(work) > 0)
 
 
+def module_of(name: str) -> str | None:
+    """The module whose function the work ``name`` calls; None for an unknown name."""
+    work = _BY_NAME.get(name)
+    return None if work is None else work.module
+
+
 def do(name: str) -> bool:
     """Does the work ``name`` here, where its module is loaded (importing it could do more than
     this work: the caller loads modules its own way); whether it did. torch's own failure is

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
 # The key in pytest's cache of inductor's settings as a process that never loaded it has them.
 DEFAULTS_STORE_PREFIX: Final = "cudagraph_guard/inductor-defaults/"
+# Besides torch's own variables, what inductor's config reads as its defaults are made.
+ALSO_READ: Final = ("CXX", "CC", "AOT_INDUCTOR", "TRITON", "CUDA_", "HIP_")
 
 
 def switched(options: ThreadOptions | SubprocessOptions) -> dict[str, bool]:
@@ -149,7 +151,9 @@ class SettingsReader:
         if self._store is None or torch is None:
             return None
         made_by = (getattr(torch, "__version__", ""), getattr(torch, "__file__", ""))
-        digest = hashlib.sha256(repr((made_by, environ_stamp(), extra_keys)).encode())
+        also_read = sorted((k, v) for k, v in os.environ.items() if k.startswith(ALSO_READ))
+        made_from = (made_by, sorted(environ_stamp()), also_read, extra_keys)
+        digest = hashlib.sha256(repr(made_from).encode())
         return f"{DEFAULTS_STORE_PREFIX}{digest.hexdigest()[:32]}"
 
     def _stored(self, key: str | None) -> dict[str, SettingEntry] | None:

@@ -160,8 +160,12 @@ def module_collection_finished(module: pytest.Module) -> None:
         if name not in loaded and name not in PARENT_ONLY and installed(name, project)
     ]
     work = sorted(process_work.done_here() - done)
-    found: ModuleImports = {"module": path, "names": names, "work": work}
-    module.config.stash.setdefault(_module_imports_key, {})[path] = found
+    recorded = module.config.stash.setdefault(_module_imports_key, {})
+    earlier = recorded.get(path)  # a second collector of the file (--doctest-modules') adds
+    if earlier is not None:
+        names = [*earlier["names"], *(name for name in names if name not in earlier["names"])]
+        work = sorted({*earlier["work"], *work})
+    recorded[path] = {"module": path, "names": names, "work": work}
 
 
 def module_imports(item: pytest.Item) -> ModuleImports | None:

@@ -42,6 +42,7 @@ ONE_QUEUE_VARIABLE: Final = "CUDA_DEVICE_MAX_CONNECTIONS"
 # The test processes whose timings set the pace: the last few, so that one slow start (the first,
 # which loads what the zygote had not) does not set it alone.
 TIMINGS_KEPT: Final = 5
+MIN_TEST_SECONDS: Final = 0.001
 XDIST_WORKERS_VARIABLE: Final = "PYTEST_XDIST_WORKER_COUNT"
 
 
@@ -61,11 +62,12 @@ class Pace:
             self.set_ups.append(timings["set_up_s"])
             self.tests.append(timings["test_s"])
 
-    def ahead(self) -> int | None:
+    def ahead(self, shortest_test_s: float = 0.0) -> int | None:
+        """``shortest_test_s``: what a test counts for at least (a CUDA test waits for the
+        driver's next context however short it is)."""
         if not self.set_ups:
             return None
-        # A test shorter than a CUDA context's creation still waits for the driver's next one.
-        test_s = max(statistics.median(self.tests), CONTEXT_SECONDS)
+        test_s = max(statistics.median(self.tests), shortest_test_s, MIN_TEST_SECONDS)
         return max(1, math.ceil(statistics.median(self.set_ups) / test_s))
 
 
@@ -131,7 +133,7 @@ class Spares:
         marked too, up to the number wanted."""
         if not (self.enabled and request["next_nodearg"] is not None):
             return
-        wanted = spares_wanted(request["spares"], self.cuda, request["env"], self.pace.ahead())
+        wanted = spares_wanted(request["spares"], self.cuda, request["env"], self.pace)
         init_cuda = request["cuda_ahead"] and self.cuda is not None
         while len(self.waiting) < wanted and fork_hazard() is None:
             try:
@@ -235,25 +237,28 @@ def spares_wanted(
     setting: int | None,
     cuda: CudaUse | None,
     environment: Mapping[str, str],
-    ahead: int | None = None,
+    pace: Pace | None = None,
 ) -> int:
     """How many spares a zygote keeps: the ini's number; else as many as keep up with the tests
-    (``ahead``, from :class:`Pace`, where known: one before), bounded by the cores of this
-    machine shared among the xdist workers and, once the session's test processes use CUDA, by
-    :func:`cuda_spares`. ``environment``: the test processes' (the session's, the marker's
-    ``env`` and the ini's variables)."""
+    (``pace``, where measured: one before), bounded by the cores of this machine and
+    :data:`MAX_AUTOMATIC_SPARES`, both shared among the xdist workers, and, once the session's
+    test processes use CUDA, by :func:`cuda_spares`. ``environment``: the test processes' (the
+    session's, the marker's ``env`` and the ini's variables)."""
     if setting is not None:
         return setting
     workers = _xdist_workers(environment)
+    one_queue = environment.get(ONE_QUEUE_VARIABLE) == "1"
     if cuda is None or not cuda["initialised"]:
-        spare_cores = usable_cores() // workers - 1
-        return 1 if ahead is None else max(1, min(ahead, spare_cores, MAX_AUTOMATIC_SPARES))
+        ahead = pace.ahead() if pace is not None else None
+        shared = min(usable_cores() // workers - 1, MAX_AUTOMATIC_SPARES // workers)
+        return 1 if ahead is None else max(1, min(ahead, shared))
+    context = ONE_QUEUE_CONTEXT_SECONDS if one_queue else CONTEXT_SECONDS
     return cuda_spares(
         workers=workers,
         cores=usable_cores(),
         free_bytes=cuda["free_bytes"],
-        one_queue=environment.get(ONE_QUEUE_VARIABLE) == "1",
-        ahead=ahead,
+        one_queue=one_queue,
+        ahead=pace.ahead(context) if pace is not None else None,
     )
 
 
@@ -261,7 +266,9 @@ def cuda_spares(
     *, workers: int, cores: int, free_bytes: int, one_queue: bool, ahead: int | None = None
 ) -> int:
     """Spares per pytest process (one per xdist worker) for test processes that use CUDA:
-    ``ahead`` (what this worker's tests need, measured), else what the driver's figures say.
+    ``ahead`` (what this worker's tests need, measured: their set-up includes their wait for
+    the driver), else what the driver's figures say; at most :data:`MAX_AUTOMATIC_SPARES` over
+    all the workers.
 
     The driver creates contexts one at a time for the whole machine, however many processes
     ask, so at best one CUDA test process starts per context it creates (140 ms on an H200, 40
@@ -280,7 +287,7 @@ def cuda_spares(
         ahead = in_flight // workers
     spare_cores = cores // workers - 1
     room = free_bytes // workers // CONTEXT_BYTES if free_bytes else spare_cores
-    return max(1, min(ahead, MAX_AUTOMATIC_SPARES, spare_cores, room))
+    return max(1, min(ahead, MAX_AUTOMATIC_SPARES // workers, spare_cores, room))
 
 
 def _xdist_workers(environment: Mapping[str, str]) -> int:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import importlib.abc
 import os
 import select
-import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,12 +27,13 @@ from types import ModuleType
 from typing import Any, Final
 
 from .._torch import process_work, runtime
-from .forking import fork_hazard
+from .forking import fork_hazard, kill_child, kill_group
 
 # How long a trial may go without a word (each import says it starts) before the import under
 # way is taken for one that hangs: the module is left to the test processes.
 TRIAL_SILENCE_S: Final = 120.0
 _DIED: Final = "a trial process died or hung importing it"
+_NO_TRIAL: Final = "(none)"  # where no trial could be forked
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Walked:
 
     failed: dict[str, str] = field(default_factory=dict)
     unsound: dict[str, str] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)  # not walked before its deadline
 
 
 @dataclass
@@ -55,24 +57,49 @@ class _Trial:
     unsound: tuple[str, str] | None = None
 
 
-def walk_imports(names: Sequence[str], load: Callable[[str], None]) -> Walked:
+def walk_imports(
+    names: Sequence[str], load: Callable[[str], None], until: float | None = None
+) -> Walked:
     """Loads (``load``: the zygote's import) those of ``names`` that keep forks sound, and what
-    they import that does."""
+    they import that does; no new trial starts after ``until`` (``time.monotonic()``): what is
+    left is ``Walked.pending``, for a later walk."""
     walked = Walked()
     pending = [name for name in dict.fromkeys(names) if name not in sys.modules]
     with process_work.cuda_asked_through_nvml():
-        while pending:
+        while pending and (until is None or time.monotonic() < until):
             trial = _read_trial(_trial(partial(_import_each, pending, dict(walked.unsound))))
-            for name in _loadable(trial.done):
-                load(name)
-            walked.failed |= trial.failed
+            if trial.unsound is not None and trial.unsound[0] == _NO_TRIAL:
+                break  # left for a later walk
+            # A module left for what it imports fails at its end in the trial, taken out there.
+            walked.failed |= {k: v for k, v in trial.failed.items() if k not in trial.needs}
             walked.unsound |= trial.needs
+            if trial.unsound is not None:
+                walked.unsound[trial.unsound[0]] = trial.unsound[1]
+            _load_refusing(_loadable(trial.done), load, walked.unsound)
             if trial.unsound is None:
+                pending = []
                 break
-            walked.unsound[trial.unsound[0]] = trial.unsound[1]
             left = walked.unsound.keys() | walked.failed.keys()
             pending = [name for name in pending if name not in sys.modules and name not in left]
+    walked.pending = pending
     return walked
+
+
+def _load_refusing(names: list[str], load: Callable[[str], None], refused: dict[str, str]) -> None:
+    """Loads ``names`` here with the unsound modules refused, as in the trials: a module the
+    trial completed can still reach one through an import cycle, or through a module that caught
+    its refusal there; such a module is left (its import fails here, so nothing of it stays)."""
+    guard = _Refusing(refused)
+    sys.meta_path.insert(0, guard)
+    try:
+        for name in names:
+            if name not in sys.modules:
+                try:
+                    load(name)
+                except _Refused as refusal:
+                    refused[name] = f"it imports {refusal.module}, which a fork cannot follow"
+    finally:
+        sys.meta_path.remove(guard)
 
 
 def walk_work(names: Sequence[str]) -> Walked:
@@ -122,10 +149,16 @@ def _trial(body: Callable[[int], None]) -> list[str]:
     """Runs ``body`` in a fork, which writes its lines to the descriptor it is given; those lines,
     until the end of its pipe or :data:`TRIAL_SILENCE_S` without one (it is then killed)."""
     read, write = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as error:  # no room for another process: the test processes import it all
+        os.close(read)
+        os.close(write)
+        return [f"unsound {_NO_TRIAL} {error!r}"]
     if pid == 0:
         try:
             os.close(read)
+            _become_trial()
             body(write)
         finally:
             os._exit(0)
@@ -143,12 +176,22 @@ def _trial(body: Callable[[int], None]) -> list[str]:
     return data.decode(errors="replace").splitlines()
 
 
+def _become_trial() -> None:
+    """A process group of its own (what it starts goes with it, if it hangs), reading nothing
+    of the zygote's requests."""
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+
 def _end(pid: int) -> None:
-    """Waits for the trial, killed first where it has not ended (it hung)."""
+    """Waits for the trial, killed with its group first where it has not ended (it hung)."""
     ended, _ = os.waitpid(pid, os.WNOHANG)
     if not ended:
-        os.kill(pid, signal.SIGKILL)
+        kill_child(pid)
         os.waitpid(pid, 0)
+    kill_group(pid)  # what it started and left behind
 
 
 def _read_trial(lines: list[str]) -> _Trial:
@@ -207,6 +250,18 @@ def _import_each(names: Sequence[str], refused: dict[str, str], told: int) -> No
     _say(told, "end")
 
 
+class _Refusing(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: refuses the modules known to leave a fork unsound."""
+
+    def __init__(self, refused: dict[str, str]) -> None:
+        self.refused = refused
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name in self.refused:
+            raise _Refused(name)
+        return None
+
+
 class _Watch(importlib.abc.MetaPathFinder):
     """In a trial, first on ``sys.meta_path``: says each module's import as it starts and as it
     completes, checks after each that a fork is still sound (else says why and ends the trial),
@@ -241,7 +296,12 @@ class _Watch(importlib.abc.MetaPathFinder):
     def completed(self, name: str) -> None:
         self.importing.remove(name)
         if name in self.tainted:
-            _say(self.told, "needs", name, self.tainted.pop(name))
+            # Refused from now on, as the zygote will not have it: whatever imports it later
+            # meets the refusal too.
+            refused = self.tainted.pop(name)
+            _say(self.told, "needs", name, refused)
+            self.refused[name] = refused
+            sys.modules.pop(name, None)
             return
         hazard = fork_hazard()
         if hazard is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import itertools
 import os
 import pickle
 import shutil
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from .._torch import runtime
+from .._torch import process_work, runtime
 from . import distributions
 from .forking import (
     Exiting,
@@ -54,6 +55,9 @@ from .spares import Spares
 from .walk import Walked, walk_imports, walk_work
 
 _PARENT = os.getppid()
+# How long the zygote walks a test module's imports before it forks the module's first test
+# process (the parent waits 300 s at most for it): the rest it walks while that test runs.
+WALK_BEFORE_FORK_S = 120.0
 
 
 def preload(name: str) -> str | None:
@@ -159,7 +163,8 @@ class _Server:
         if request is not None:
             self.learner.take(request)
             if process is None:
-                self.learner.load_module_imports(request["module_imports"], self.spares)
+                until = time.monotonic() + WALK_BEFORE_FORK_S
+                self.learner.load_module_imports(request["module_imports"], self.spares, until)
         if process is None:
             hazard = fork_hazard()
             if hazard is not None:
@@ -264,31 +269,53 @@ class Learner:
         if spares is not None and _compiling_modules_loaded() != compiling:
             spares.discard()
 
-    def load_module_imports(self, imports: ModuleImports | None, spares: Spares) -> None:
-        """Loads what a test module's import loaded in the parent and does torch's work it did;
-        ``spares`` forked before would do it all again: where anything was loaded, they go."""
+    def load_module_imports(
+        self, imports: ModuleImports | None, spares: Spares, until: float | None = None
+    ) -> None:
+        """Loads what a test module's import loaded in the parent and does torch's work it did,
+        each piece of work as soon as its module is loaded (before the modules imported after
+        it, whose trial would otherwise do it too); no new trial after ``until``, the rest left
+        for the next call. ``spares`` forked before would do it all again: where anything was
+        loaded, they go."""
         if imports is None:
             return
         loaded = len(sys.modules)
+        work = [name for name in imports["work"] if name not in self.tried]
+        asked = len(work)
         with _working_in(self.cwd):
-            self._walk(imports["names"], tell=False)
-            work = [name for name in imports["work"] if name not in self.tried]
-            self.tried.update(work)
-            _said(walk_work(work))
-        if len(sys.modules) != loaded or work:
+            for names in _split_at_work(imports["names"], work):
+                if not self._walk(names, tell=False, until=until):
+                    break
+                done = [name for name in work if process_work.module_of(name) in sys.modules]
+                self.tried.update(done)
+                _said(walk_work(done))
+                work = [name for name in work if name not in done]
+        if len(sys.modules) != loaded or len(work) != asked:
             spares.discard()
 
-    def _walk(self, names: list[str], *, tell: bool) -> None:
+    def _walk(self, names: list[str], *, tell: bool, until: float | None = None) -> bool:
         """Loads those of ``names`` that keep forks sound; with ``tell``, an import that fails
-        is said to the user."""
+        is said to the user. False where ``until`` passed first (the rest is walked again)."""
         names = [name for name in names if name not in sys.modules and name not in self.tried]
-        self.tried.update(names)
         if not names:
-            return
-        walked = walk_imports(names, functools.partial(self.preloads.load, tell=False))
+            return True
+        walked = walk_imports(names, functools.partial(self.preloads.load, tell=False), until)
+        self.tried.update(name for name in names if name not in walked.pending)
         _said(walked)
         for name, error in walked.failed.items() if tell else ():
             self.preloads.fail(name, preload_failure(name, error))
+        return not walked.pending
+
+
+def _split_at_work(names: list[str], work: list[str]) -> list[list[str]]:
+    """``names`` cut after each module of ``work`` (in the order the modules come)."""
+    cuts = sorted(
+        names.index(module) + 1
+        for name in work
+        if (module := process_work.module_of(name)) is not None and module in names
+    )
+    bounds = [0, *cuts, len(names)]
+    return [names[start:end] for start, end in itertools.pairwise(bounds)]
 
 
 def _said(walked: Walked) -> None:

@@ -72,17 +72,20 @@ def library(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     return site
 
 
+@pytest.mark.parametrize("args", [[], ["--doctest-modules"]], ids=["plain", "doctest-modules"])
 def test_a_test_module_s_installed_imports_are_loaded_once_before_its_first_test_process(
-    fake_cuda: FakeCuda, library: Path, monkeypatch: pytest.MonkeyPatch
+    fake_cuda: FakeCuda, library: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
 ) -> None:
     """Each test process imports itself only the module that asks CUDA; the zygote never
-    initialises CUDA; the vector-ISA checks the import ran are done before any test process."""
+    initialises CUDA; the vector-ISA checks the import ran are done before any test process.
+    With ``--doctest-modules`` the module is collected twice, the second time finding its
+    imports done."""
     tester = fake_cuda()
     # The inner session is a process of its own (its torch's caches start empty): its path.
     monkeypatch.setenv("PYTHONPATH", f"{library}:{tester.path / 'site'}")
     tester.makeconftest(CONFTEST)
     tester.makepyfile(test_imports=TEST_MODULE)
-    result = tester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = tester.runpytest_subprocess("-p", "no:cacheprovider", *args)
     result.assert_outcomes(passed=3)
     ran = logged(tester, "ran.log")
     assert len(ran) == 3

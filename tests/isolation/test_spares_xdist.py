@@ -10,6 +10,7 @@ import pytest
 from pytest_cudagraph_guard.isolation.cuda import CudaUse
 from pytest_cudagraph_guard.isolation.spares import (
     MAX_AUTOMATIC_SPARES,
+    Pace,
     cuda_spares,
     spares_wanted,
     usable_cores,
@@ -154,3 +155,20 @@ def test_a_session_keeps_the_spares_its_workers_share(
     result.assert_outcomes(passed=3)
     result.stdout.no_fnmatch_line("*CudagraphGuardWarning*")
     assert all_gone([int(pid) for pid, _ in logged(ourtester, "inits.log")])
+
+
+def test_the_spares_follow_what_a_test_process_takes_to_set_up_against_its_test() -> None:
+    pace = Pace()
+    assert pace.ahead() is None  # nothing measured: one spare, as before
+    for set_up, test in ((2.0, 0.5), (2.2, 0.5), (30.0, 0.5)):  # a first slow start
+        pace.noted({"set_up_s": set_up, "test_s": test})
+    assert pace.ahead() == 5  # the medians: ceil(2.2 / 0.5)
+    assert pace.ahead(shortest_test_s=1.1) == 2  # a test waits for the driver's next context
+    measured = {"cores": H200_CORES, "free_bytes": H200_FREE_BYTES, "one_queue": False}
+    assert cuda_spares(workers=1, ahead=5, **measured) == 5
+    assert cuda_spares(workers=4, ahead=5, **measured) == 2  # 8 in all over the workers
+    assert cuda_spares(workers=1, ahead=5, cores=4, free_bytes=0, one_queue=False) == 3
+    environment = {"PYTEST_XDIST_WORKER_COUNT": "1"}
+    expected = max(1, min(5, usable_cores() - 1, MAX_AUTOMATIC_SPARES))
+    assert spares_wanted(None, None, environment, pace) == expected  # no CUDA: the cores
+    assert spares_wanted(3, None, environment, pace) == 3  # the ini's number

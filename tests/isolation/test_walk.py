@@ -75,3 +75,40 @@ def test_the_walk_loads_what_keeps_forks_sound_and_leaves_the_rest() -> None:
     assert "OS threads" in walked.unsound["walked_pkg.threaded"]
     assert list(walked.failed) == ["walked_pkg.fails"]
     assert "walked_pkg.threaded" not in sys.modules
+
+
+CYCLE_AND_CATCH = {
+    "cyc/__init__.py": "",
+    "cyc/a.py": "import cyc.b\nimport cyc.c\n",
+    "cyc/b.py": "import cyc.a\n",  # completes while cyc.a, which starts the thread, is importing
+    "cyc/c.py": PACKAGE["threaded.py"],
+    "pk/__init__.py": "try:\n    from pk import fast\nexcept BaseException:\n    pass\n",
+    "pk/fast.py": PACKAGE["threaded.py"],
+    "other.py": "import pk\n",  # imports a package that caught the refusal of what it imports
+}
+
+
+@pytest.fixture
+def tricky(tmp_path: Path) -> Iterator[None]:
+    for name, text in CYCLE_AND_CATCH.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [name for name in sys.modules if name.split(".")[0] in ("cyc", "pk", "other")]:
+            del sys.modules[name]
+
+
+@pytest.mark.usefixtures("tricky")
+def test_what_reaches_an_unsound_module_through_a_cycle_or_a_caught_refusal_is_left() -> None:
+    threads = _threads()
+    order = ["cyc", "cyc.a", "cyc.b", "cyc.c", "pk", "pk.fast", "other"]
+    walked = walk_imports(order, import_quietly)
+    assert _threads() <= threads  # no thread came with what was loaded
+    assert "cyc" in sys.modules
+    for left in ("cyc.a", "cyc.b", "cyc.c", "pk", "pk.fast", "other"):
+        assert left not in sys.modules, left
+        assert left in walked.unsound, left
