@@ -217,8 +217,12 @@ def _start_report(session: PluginSession) -> None:
 
         register(config.pluginmanager, JUnitProperties())
     if options.report and session.gathers_reports:
-        from .report.writer import ReportWriter
+        from .report.writer import ReportWriter, why_not_writable
 
+        for fmt in options.report:
+            reason = None if fmt.path is None else why_not_writable(fmt.path)
+            if reason is not None:
+                raise pytest.UsageError(f"--cudagraph-report: cannot write {fmt}: {reason}")
         writer = ReportWriter(list(options.report), options.as_record())
         register(config.pluginmanager, writer, PluginNames.REPORT_WRITER)
 

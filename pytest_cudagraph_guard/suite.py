@@ -99,7 +99,8 @@ class CudagraphsOn:
         self.stopped = False
 
     def pytest_report_collectionfinish(self) -> str:
-        return f"triton.cudagraphs and triton.cudagraph_trees on for every test by {ON_OPTION}"
+        by = self.session.options.origin_of("on")  # the option, or the ini key that gave it
+        return f"triton.cudagraphs and triton.cudagraph_trees on for every test by {by}"
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(

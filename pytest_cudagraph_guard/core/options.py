@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import pytest
 
-from .markers import ENV_NAME_RULE, SUBPROCESS_MARKER, THREAD_MARKER, TLS_MODES, is_env_name
+from .markers import (
+    ENV_NAME_RULE,
+    SUBPROCESS_MARKER,
+    THREAD_MARKER,
+    TLS_MODES,
+    SubprocessOptions,
+    ThreadOptions,
+    is_env_name,
+)
 from .records import ALL_KINDS
 
 if TYPE_CHECKING:
@@ -29,7 +37,12 @@ DEFAULT_GUARD_MODE: Final = "warn"
 LEAK: Final = "leak"
 CUDAGRAPH_SKIP: Final = "cudagraph-skip"
 FAIL_ON_KINDS: Final = (*ALL_KINDS, LEAK, CUDAGRAPH_SKIP)
-FORMAT_HELP: Final = "term, term-all, json:PATH or md:PATH"
+# Where ``json`` and ``md`` without a path write.
+DEFAULT_REPORT_PATHS: Final = {"json": "cudagraph-report.json", "md": "cudagraph-report.md"}
+FORMAT_HELP: Final = (
+    "term, term-all, json[:PATH] or md[:PATH] (PATH by default "
+    f"{DEFAULT_REPORT_PATHS['json']}, {DEFAULT_REPORT_PATHS['md']})"
+)
 # The words pytest's own bool ini keys accept.
 TRUE_WORDS: Final = ("1", "true", "t", "yes", "y", "on")
 FALSE_WORDS: Final = ("0", "false", "f", "no", "n", "off")
@@ -103,7 +116,11 @@ class PluginOptions(NamedTuple):
     def applier(self, marker: str) -> str:
         """The option or ini key that applies ``marker`` to the suite's tests, as its origin
         says it (``--cudagraph-subprocess``, ``ini option cudagraph_subprocess``)."""
-        field = FIELD_OF[marker]
+        return self.origin_of(FIELD_OF[marker])
+
+    def origin_of(self, field: str) -> str:
+        """Where the option ``field`` came from, as the report says it: its command-line flag,
+        else ``ini option cudagraph_...``."""
         return next((o for n, o in self.origins if n == field), option_flag(field))
 
     def as_record(self) -> OptionsRecord:
@@ -242,14 +259,28 @@ def _kinds(value: object, origin: str) -> frozenset[str]:
 
 def _formats(value: object, origin: str) -> tuple[ReportFormat, ...]:
     items = value if isinstance(value, list) else [value]
-    return tuple(_format(str(item), origin) for item in items)
+    formats = tuple(_format(str(item), origin) for item in items)
+    written: dict[Path, ReportFormat] = {}
+    for fmt in formats:
+        if fmt.path is None:
+            continue
+        where = fmt.path.resolve()
+        if where in written:
+            raise pytest.UsageError(
+                f"{origin}: {fmt.path} is given twice ({written[where]} and {fmt}): each report "
+                "file once"
+            )
+        written[where] = fmt
+    return formats
 
 
 def _format(value: str, origin: str) -> ReportFormat:
-    kind, _, path = value.partition(":")
-    if kind in ("term", "term-all") and not path:
+    kind, colon, path = value.partition(":")
+    if kind in ("term", "term-all") and not colon:
         return ReportFormat(kind)
-    if kind in ("json", "md") and path.strip():
+    if kind in DEFAULT_REPORT_PATHS and not colon:
+        return ReportFormat(kind, Path(DEFAULT_REPORT_PATHS[kind]))
+    if kind in DEFAULT_REPORT_PATHS and path.strip():
         return ReportFormat(kind, Path(path))
     raise pytest.UsageError(
         f"{origin}: unknown report format {value!r}; use {FORMAT_HELP}" + _path_hint(value, origin)
@@ -344,14 +375,17 @@ DECLARED: Final = {
     ),
     "timeout": Declared(
         _seconds,
-        "the default timeout of both markers and of the options that apply them",
+        "the default timeout of both markers and of the options that apply them. Default: ini "
+        f"cudagraph_timeout, else {ThreadOptions().timeout:g} s for {THREAD_MARKER} and "
+        f"{SubprocessOptions().timeout:g} s for {SUBPROCESS_MARKER}",
         "default for --cudagraph-timeout",
         argparse={"metavar": "SECONDS"},
     ),
     "fail_on": Declared(
         _kinds,
         "fail a test, at teardown, whose record holds one of these kinds: "
-        + ", ".join(FAIL_ON_KINDS),
+        + ", ".join(FAIL_ON_KINDS)
+        + ". Default: ini cudagraph_fail_on, else none",
         "default for --cudagraph-fail-on",
         argparse={"metavar": "KIND[,KIND...]"},
     ),

@@ -331,7 +331,10 @@ def _warn(item: pytest.Item, found: list[WarningSent], notices: list[str]) -> No
     for notice in notices:
         if notice not in said:
             said.add(notice)
-            notify(config, CudagraphGuardWarning(notice), nodeid=item.nodeid)
+            line = item.location[1]  # the notice is the test's: said where the test is
+            lineno = 0 if line is None else line + 1
+            warning = CudagraphGuardWarning(notice)
+            notify(config, warning, nodeid=item.nodeid, filename=str(item.path), lineno=lineno)
     notices.clear()
 
 

@@ -89,6 +89,8 @@ class ReportWriter:
             terminalreporter.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Writes the files; one that cannot be written makes the session's exit status
+        non-zero (a CI job must see it), said in one line at the end."""
         document = None
         for fmt in self.formats:
             if fmt.path is None:
@@ -102,6 +104,8 @@ class ReportWriter:
                 self.file_lines.append(
                     (f"cudagraph report: could not write {fmt.kind}:{fmt.path} ({reason})", True)
                 )
+                if session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             else:
                 self.file_lines.append(
                     (f"cudagraph report: {fmt.kind} written to {fmt.path}", False)
@@ -124,6 +128,22 @@ def _environment(options: OptionsRecord | None) -> Environment:
 
         return environment_record(python=platform.python_version(), options=options)
     return environment_record(**found, options=options)
+
+
+def why_not_writable(path: Path) -> str | None:
+    """Why a report could not be written at ``path``, as far as can be seen before the session
+    runs, creating nothing: a folder there, a folder of its path that is a file, or no
+    permission to write in the folder that would hold it; None where nothing is seen."""
+    if path.is_dir():
+        return f"{path} is a folder"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"no permission to write in {folder}"
+    return None
 
 
 def why_not_written(path: Path, error: OSError) -> str:

@@ -4,6 +4,7 @@ is one usage error naming the option or ini key."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -265,3 +266,16 @@ def test_the_help_lists_each_option_and_ini_key(ourtester: pytest.Pytester) -> N
         if name not in ("cuda_ahead", "spares", "process_env"):
             assert "--cudagraph-" + name.replace("_", "-") in text, name
     assert "--cudagraph-settings" in text
+
+
+def test_the_help_gives_the_default_of_each_option_that_takes_a_value(
+    ourtester: pytest.Pytester,
+) -> None:
+    text = ourtester.runpytest("--help").stdout.str()
+    options = re.split(r"\n  (?=--cudagraph-)", text.split("\n\n[pytest] ini-options")[0])
+    taking_a_value = [
+        block for block in options if block.startswith("--cudagraph-") and "=" in block.split()[0]
+    ]
+    assert len(taking_a_value) >= 6
+    for block in taking_a_value:
+        assert "default" in " ".join(block.split()).lower(), block

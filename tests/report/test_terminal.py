@@ -418,17 +418,39 @@ def test_each_file_is_named_at_the_end_or_why_it_could_not_be(ourtester: pytest.
     alone.stdout.no_fnmatch_line("*= cudagraph report =*")
 
 
-def test_a_report_path_through_a_file_says_so_in_one_line(ourtester: pytest.Pytester) -> None:
-    ourtester.makepyfile(test_ok="def test_one():\n    pass\n")
-    result = ourtester.runpytest(
-        "--cudagraph-report=md:test_ok.py/r.md", "--cudagraph-report=json:test_ok.py/deep/r.json"
-    )
+def test_a_report_path_that_cannot_be_written_is_a_usage_error_before_any_test(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makepyfile(test_ok="import os\ndef test_one():\n    os.mknod('ran')\n")
+    for path, why in (
+        ("md:test_ok.py/r.md", "test_ok.py is a file, not a folder"),
+        ("json:test_ok.py/deep/r.json", "test_ok.py is a file, not a folder"),
+        (f"json:{ourtester.path}", f"{ourtester.path} is a folder"),
+    ):
+        result = ourtester.runpytest(f"--cudagraph-report={path}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: --cudagraph-report: cannot write {path}: {why}"])
+    assert not (ourtester.path / "ran").exists()
+
+
+def test_a_report_file_given_twice_is_a_usage_error(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile("def test_one():\n    pass\n")
+    result = ourtester.runpytest("--cudagraph-report=json:a.json", "--cudagraph-report=md:./a.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --cudagraph-report: a.json is given twice *"])
+
+
+def test_json_and_md_without_a_path_write_their_default_files(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile("def test_one():\n    pass\n")
+    result = ourtester.runpytest("--cudagraph-report", "json", "--cudagraph-report=md")
     assert result.ret == pytest.ExitCode.OK
     assert [line for line in result.outlines if line.startswith("cudagraph report:")] == [
-        "cudagraph report: could not write md:test_ok.py/r.md (test_ok.py is a file, not a folder)",
-        "cudagraph report: could not write json:test_ok.py/deep/r.json "
-        "(test_ok.py is a file, not a folder)",
+        "cudagraph report: json written to cudagraph-report.json",
+        "cudagraph report: md written to cudagraph-report.md",
     ]
+    assert (ourtester.path / "cudagraph-report.json").read_text().startswith("{")
+    help_text = ourtester.runpytest("--help").stdout.str()
+    assert "cudagraph-report.json" in help_text
 
 
 def test_markdown_shows_the_summary_and_the_tests_worth_a_look(ourtester: pytest.Pytester) -> None:

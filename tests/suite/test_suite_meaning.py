@@ -139,7 +139,7 @@ def test_cudagraph_on_from_the_ini_file(suite_tester: pytest.Pytester) -> None:
     )
     result = _run(suite_tester)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*on for every test by --cudagraph-on"])
+    result.stdout.fnmatch_lines(["*on for every test by ini option cudagraph_on"])
     assert _after_the_session(suite_tester) == "False True"
 
 
