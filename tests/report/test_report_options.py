@@ -142,7 +142,7 @@ def test_the_file_is_whole_after_an_interrupted_session(ourtester: pytest.Pytest
     assert sorted(p.name for p in ourtester.path.iterdir() if "report" in p.name) == ["report.json"]
 
 
-@pytest.mark.parametrize("value", ["xml:report.xml", "json:", "terms", "md"])
+@pytest.mark.parametrize("value", ["xml:report.xml", "json:", "md: ", "terms", "yaml"])
 def test_bad_formats_are_usage_errors_naming_the_value(
     ourtester: pytest.Pytester, value: str
 ) -> None:
