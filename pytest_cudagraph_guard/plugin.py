@@ -123,8 +123,10 @@ class Features:
         """A module whose tests will run in processes of their own gets its first test process
         started before the module is imported, so that their imports overlap; what its import
         loads is noted for the zygote, which loads it ahead of the module's test processes."""
+        if not isinstance(collector, pytest.Module):
+            return (yield)
         session = _session_with_processes(collector)
-        if session is None or not isinstance(collector, pytest.Module):
+        if session is None:
             return (yield)
         from .isolation.preloads import module_collection_finished, module_collection_started
 
@@ -235,15 +237,13 @@ def _isolation(session: PluginSession) -> IsolationPlugin:
     return found if found is not None else IsolationPlugin.load(session)
 
 
-def _session_with_processes(collector: pytest.Collector) -> PluginSession | None:
-    """The session, where ``collector`` is a module of it whose tests may run in processes of
-    their own (the session's option, or a module that names the marker)."""
-    if not isinstance(collector, pytest.Module) or collector.config.option.collectonly:
+def _session_with_processes(module: pytest.Module) -> PluginSession | None:
+    """The session, where ``module``'s tests may run in processes of their own (the session's
+    option, or a module that names the marker)."""
+    session = plugin_session(module.config)
+    if session is None or session.in_test_process or module.config.option.collectonly:
         return None
-    session = plugin_session(collector.config)
-    if session is None or session.in_test_process:
-        return None
-    return session if session.options.subprocess or _names_marker(collector) else None
+    return session if session.options.subprocess or _names_marker(module) else None
 
 
 def _names_marker(module: pytest.Module) -> bool:

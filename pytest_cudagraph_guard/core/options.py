@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
@@ -25,6 +24,7 @@ from .markers import (
     is_env_name,
 )
 from .records import ALL_KINDS
+from .report_formats import FORMAT_HELP, ReportFormat, report_formats
 
 if TYPE_CHECKING:
     from .records import OptionsRecord
@@ -37,12 +37,6 @@ DEFAULT_GUARD_MODE: Final = "warn"
 LEAK: Final = "leak"
 CUDAGRAPH_SKIP: Final = "cudagraph-skip"
 FAIL_ON_KINDS: Final = (*ALL_KINDS, LEAK, CUDAGRAPH_SKIP)
-# Where ``json`` and ``md`` without a path write.
-DEFAULT_REPORT_PATHS: Final = {"json": "cudagraph-report.json", "md": "cudagraph-report.md"}
-FORMAT_HELP: Final = (
-    "term, term-all, json[:PATH] or md[:PATH] (PATH by default "
-    f"{DEFAULT_REPORT_PATHS['json']}, {DEFAULT_REPORT_PATHS['md']})"
-)
 # The words pytest's own bool ini keys accept.
 TRUE_WORDS: Final = ("1", "true", "t", "yes", "y", "on")
 FALSE_WORDS: Final = ("0", "false", "f", "no", "n", "off")
@@ -79,14 +73,6 @@ def applied_lines(tests_by_applier: Mapping[str, int]) -> list[str]:
                 tests = "test" if count == 1 else "tests"
                 lines.append(f"{marker} applied to {count} {tests} by {applier}")
     return lines
-
-
-class ReportFormat(NamedTuple):
-    kind: str  # term, term-all, json or md
-    path: Path | None = None
-
-    def __str__(self) -> str:
-        return self.kind if self.path is None else f"{self.kind}:{self.path}"
 
 
 class PluginOptions(NamedTuple):
@@ -257,45 +243,6 @@ def _kinds(value: object, origin: str) -> frozenset[str]:
     return frozenset(kinds)
 
 
-def _formats(value: object, origin: str) -> tuple[ReportFormat, ...]:
-    items = value if isinstance(value, list) else [value]
-    formats = tuple(_format(str(item), origin) for item in items)
-    written: dict[Path, ReportFormat] = {}
-    for fmt in formats:
-        if fmt.path is None:
-            continue
-        where = fmt.path.resolve()
-        if where in written:
-            raise pytest.UsageError(
-                f"{origin}: {fmt.path} is given twice ({written[where]} and {fmt}): each report "
-                "file once"
-            )
-        written[where] = fmt
-    return formats
-
-
-def _format(value: str, origin: str) -> ReportFormat:
-    kind, colon, path = value.partition(":")
-    if kind in ("term", "term-all") and not colon:
-        return ReportFormat(kind)
-    if kind in DEFAULT_REPORT_PATHS and not colon:
-        return ReportFormat(kind, Path(DEFAULT_REPORT_PATHS[kind]))
-    if kind in DEFAULT_REPORT_PATHS and path.strip():
-        return ReportFormat(kind, Path(path))
-    raise pytest.UsageError(
-        f"{origin}: unknown report format {value!r}; use {FORMAT_HELP}" + _path_hint(value, origin)
-    )
-
-
-def _path_hint(value: str, origin: str) -> str:
-    if not origin.startswith("--") or not ("::" in value or Path(value).exists()):
-        return ""
-    return (
-        f" ({value!r} looks like a test path: the option takes the next word as its format, "
-        "so write --cudagraph-report=term before paths, or put the option after them)"
-    )
-
-
 def _environment(value: object, origin: str) -> tuple[tuple[str, str], ...]:
     lines = value if isinstance(value, list) else str(value).splitlines()
     found: dict[str, str] = {}
@@ -336,7 +283,7 @@ DECLARED: Final = {
         argparse={"choices": GUARD_MODES},
     ),
     "report": Declared(
-        _formats,
+        report_formats,
         "report, per test, the effective cudagraph settings with their source, the CUDA-graph "
         f"work that happened and every thread/TLS error; FORMAT is {FORMAT_HELP} "
         "(default term); repeatable",

@@ -105,7 +105,8 @@ class SettingsReader:
 
     def __init__(self, store: DefaultsStore | None = None) -> None:
         self._store = store
-        self._defaults: dict[str, dict[str, SettingEntry]] = {}  # by their key in the store
+        # The defaults last read from the store, and torch's variables they were read under.
+        self._stored: tuple[EnvironStamp, dict[str, SettingEntry] | None] | None = None
         self._config: config_access.ConfigAccess | None = None
         self._keys: list[str] = []
         self._made_from: StoredValues | None = None
@@ -117,12 +118,11 @@ class SettingsReader:
 
         extra_keys = list(extra_keys)
         config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
-        stored_as = None
+        fresh_defaults = config is None
         if config is None:
-            stored_as = self._defaults_key(extra_keys)
-            stored = self._stored(stored_as)
+            stored = self._defaults_stored(extra_keys)
             if stored is not None:
-                return stored
+                return dict(stored)
             config = config_access.import_config(config_access.INDUCTOR_CONFIG)
         keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
         if config is not self._config or keys != self._keys:
@@ -132,40 +132,44 @@ class SettingsReader:
             self._record = {k: setting_entry(jsonable(s.value), s.source) for k, s in found}
             self._made_from = StoredValues([config.raw_reader(key) for key in keys])
             self._stamp = environ_stamp()
-        if stored_as is not None and self._store is not None:
-            self._defaults[stored_as] = dict(self._record)
+        if fresh_defaults and self._store is not None:
             with warnings.catch_warnings():  # pytest's own, where its cache cannot be written
                 warnings.simplefilter("ignore")
                 # As [key, value, source] rows: pytest's cache sorts a mapping's keys.
                 rows = [[k, e["value"], e["source"]] for k, e in self._record.items()]
-                self._store.set(stored_as, rows)
+                self._store.set(_defaults_key(extra_keys), rows)
         return dict(self._record)
 
     def _unchanged(self) -> bool:
         made_from = self._made_from
         return made_from is not None and environ_stamp() == self._stamp and made_from.unchanged()
 
-    def _defaults_key(self, extra_keys: list[str]) -> str | None:
-        """The store's key for inductor's defaults under this torch and torch's variables now."""
-        torch = sys.modules.get("torch")
-        if self._store is None or torch is None:
+    def _defaults_stored(self, extra_keys: list[str]) -> dict[str, SettingEntry] | None:
+        """Inductor's defaults under torch's variables now, as the store keeps them: looked up
+        again only when those variables changed (a read per test phase costs a stamp)."""
+        if self._store is None or "torch" not in sys.modules:
             return None
-        made_by = (getattr(torch, "__version__", ""), getattr(torch, "__file__", ""))
-        also_read = sorted((k, v) for k, v in os.environ.items() if k.startswith(ALSO_READ))
-        made_from = (made_by, sorted(environ_stamp()), also_read, extra_keys)
-        digest = hashlib.sha256(repr(made_from).encode())
-        return f"{DEFAULTS_STORE_PREFIX}{digest.hexdigest()[:32]}"
+        stamp = environ_stamp()
+        if self._stored is None or self._stored[0] != stamp:
+            stored = self._store.get(_defaults_key(extra_keys), None)
+            rows = stored if isinstance(stored, list) else []
+            found = {
+                str(row[0]): setting_entry(row[1], str(row[2]))
+                for row in rows
+                if isinstance(row, list) and len(row) == _ROW_LENGTH
+            }
+            self._stored = (stamp, found or None)
+        return self._stored[1]
 
-    def _stored(self, key: str | None) -> dict[str, SettingEntry] | None:
-        if key is None or self._store is None:
-            return None
-        if key not in self._defaults:
-            stored = self._store.get(key, None)
-            if not isinstance(stored, list) or not stored:
-                return None
-            rows = [row for row in stored if isinstance(row, list) and len(row) == _ROW_LENGTH]
-            self._defaults[key] = {str(k): setting_entry(v, str(source)) for k, v, source in rows}
-        return dict(self._defaults[key])
+
+def _defaults_key(extra_keys: list[str]) -> str:
+    """The store's key for inductor's defaults under the installed torch and the variables its
+    config reads now."""
+    torch = sys.modules.get("torch")
+    made_by = (getattr(torch, "__version__", ""), getattr(torch, "__file__", ""))
+    also_read = sorted((k, v) for k, v in os.environ.items() if k.startswith(ALSO_READ))
+    made_from = (made_by, sorted(environ_stamp()), also_read, extra_keys)
+    return f"{DEFAULTS_STORE_PREFIX}{hashlib.sha256(repr(made_from).encode()).hexdigest()[:32]}"
 
 
 _ROW_LENGTH: Final = 3

@@ -97,27 +97,27 @@ def _load_refusing(names: list[str], load: Callable[[str], None], refused: dict[
                 try:
                     load(name)
                 except _Refused as refusal:
-                    refused[name] = f"it imports {refusal.module}, which a fork cannot follow"
+                    refused[name] = _needs(refusal.module)
     finally:
         sys.meta_path.remove(guard)
 
 
 def walk_work(names: Sequence[str]) -> Walked:
-    """Does here those of torch's per-process work ``names`` not done yet, each then checked by
-    the same rule. Not in a trial first: each row of the table was found to run only CPU work
-    (compilers and Python processes, no thread left), and a trial would double what torch 2.11
-    takes for it (about 30 s of the vector-ISA checks)."""
+    """Does here those of torch's per-process work ``names`` whose module is loaded (the rest is
+    ``Walked.pending``), each then checked by the same rule. Not in a trial first: each row of
+    the table was found to run only CPU work (compilers and Python processes, no thread left),
+    and a trial would double what torch 2.11 takes for it (about 30 s of the vector-ISA
+    checks)."""
     walked = Walked()
     with process_work.cuda_asked_through_nvml():
         for name in names:
-            if name in process_work.done_here() or fork_hazard() is not None:
-                continue
             try:
                 if not process_work.do(name):
-                    walked.unsound[name] = "its module was left to the test processes"
+                    walked.pending.append(name)
                     continue
             except Exception as exc:  # torch's: the test processes meet it themselves
                 walked.failed[name] = repr(exc)
+                continue
             hazard = fork_hazard()
             if hazard is not None:  # the zygote then forks no more: its tests are spawned
                 walked.unsound[name] = hazard
@@ -211,7 +211,7 @@ def _read_trial(lines: list[str]) -> _Trial:
         elif word == "failed":
             trial.failed[name] = text
         elif word == "needs":
-            trial.needs[name] = f"it imports {text}, which a fork cannot follow"
+            trial.needs[name] = _needs(text)
         elif word == "unsound":
             trial.unsound = (name, text)
             return trial
@@ -220,6 +220,10 @@ def _read_trial(lines: list[str]) -> _Trial:
     if started:
         trial.unsound = (started[-1], _DIED)
     return trial
+
+
+def _needs(module: str) -> str:
+    return f"it imports {module}, which a fork cannot follow"
 
 
 def _say(told: int, *words: str) -> None:
@@ -262,23 +266,25 @@ class _Refusing(importlib.abc.MetaPathFinder):
         return None
 
 
-class _Watch(importlib.abc.MetaPathFinder):
+class _Watch(_Refusing):
     """In a trial, first on ``sys.meta_path``: says each module's import as it starts and as it
     completes, checks after each that a fork is still sound (else says why and ends the trial),
     and refuses the modules known to leave it unsound. A module whose import met a refusal
     (even one it caught) is said to need the refused one, not to be done."""
 
     def __init__(self, refused: dict[str, str], told: int) -> None:
-        self.refused = refused
+        super().__init__(refused)
         self.told = told
         self.importing: list[str] = []
         self.tainted: dict[str, str] = {}  # importing module: the refused one it met
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name in self.refused:
+        try:
+            super().find_spec(name, path, target)
+        except _Refused:
             for importer in self.importing:
                 self.tainted.setdefault(importer, name)
-            raise _Refused(name)
+            raise
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue

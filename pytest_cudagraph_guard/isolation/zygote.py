@@ -279,18 +279,17 @@ class Learner:
         loaded, they go."""
         if imports is None:
             return
-        loaded = len(sys.modules)
+        loaded, done = len(sys.modules), process_work.done_here()
         work = [name for name in imports["work"] if name not in self.tried]
-        asked = len(work)
         with _working_in(self.cwd):
             for names in _split_at_work(imports["names"], work):
                 if not self._walk(names, tell=False, until=until):
                     break
-                done = [name for name in work if process_work.module_of(name) in sys.modules]
-                self.tried.update(done)
-                _said(walk_work(done))
-                work = [name for name in work if name not in done]
-        if len(sys.modules) != loaded or len(work) != asked:
+                walked = walk_work(work)
+                _said(walked)
+                self.tried.update(name for name in work if name not in walked.pending)
+                work = walked.pending
+        if len(sys.modules) != loaded or process_work.done_here() != done:
             spares.discard()
 
     def _walk(self, names: list[str], *, tell: bool, until: float | None = None) -> bool:

@@ -14,7 +14,7 @@ import pytest
 
 from .._torch import runtime
 from ..core.fault_guard import Part
-from ..core.options import ReportFormat, applied_lines
+from ..core.options import applied_lines
 from ..core.records import (
     USER_PROPERTY,
     Environment,
@@ -23,6 +23,7 @@ from ..core.records import (
     TestRecord,
     environment_record,
 )
+from ..core.report_formats import ReportFormat
 from .render import (
     brief_lines,
     full_lines,
@@ -147,15 +148,13 @@ def why_not_writable(path: Path) -> str | None:
 
 
 def why_not_written(path: Path, error: OSError) -> str:
-    """Why ``path`` could not be written: a folder of its path that is a file, said as such,
-    else the system's words."""
-    for folder in reversed(path.parents):
-        try:
-            if folder.exists() and not folder.is_dir():
-                return f"{folder} is a file, not a folder"
-        except OSError:
-            break
-    return error.strerror or type(error).__name__
+    """Why ``path`` could not be written: what :func:`why_not_writable` sees (a folder of its
+    path that is a file, say), else the system's words."""
+    try:
+        seen = why_not_writable(path)
+    except OSError:
+        seen = None
+    return seen or error.strerror or type(error).__name__
 
 
 def write_atomically(path: Path, text: str) -> None:
