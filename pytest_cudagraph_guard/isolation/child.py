@@ -29,6 +29,7 @@ from ..core.warnings import CudagraphGuardWarning
 from . import distributions
 from .cuda import AHEAD
 from .ending import Ending
+from .import_warnings import ImportWarnings
 from .narrowing import narrow_cases, next_on_path
 from .protocol import (
     CHILD_CRASH_EXIT,
@@ -65,6 +66,7 @@ _PARTS = (
         hooks=(
             "pytest_collectreport",
             "pytest_warning_recorded",
+            "pytest_runtest_protocol",
             "pytest_cudagraph_record",
             "pytest_unconfigure",
         ),
@@ -198,6 +200,7 @@ class SubprocessChild:
         self.config: pytest.Config | None = None
         self.test_finished = False  # its teardown report is sent
         self.unsent: list[ChildMessage] = []
+        self.import_warnings = ImportWarnings()
         # A copy of the real stderr, for faulthandler until the process ends: pytest's capture
         # points fd 2 elsewhere while the test runs.
         self.stacks = os.fdopen(os.dup(2), "w")
@@ -321,8 +324,15 @@ class SubprocessChild:
         found = warning_message
         if when != "runtest" and not issubclass(found.category, CudagraphGuardWarning):
             return  # the session's own start-up: the parent's start-up warned the same
-        sent = warning_to_send(found.category, found.message, found.filename, found.lineno, nodeid)
-        self._send(sent)
+        from_import = self.import_warnings.raised_by_import(found)
+        where = (found.filename, found.lineno, nodeid)
+        self._send(warning_to_send(found.category, found.message, *where, from_import=from_import))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+        """Inside pytest's record of the test's warnings: which of them an import raised."""
+        with self.import_warnings.watching():
+            return (yield)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:

@@ -105,6 +105,8 @@ class WarningSent(TypedDict):
     filename: str
     lineno: int
     nodeid: str
+    # Raised by an import (:mod:`.import_warnings`): shown once a session, as in-process.
+    from_import: bool
 
 
 class ReportMessage(TypedDict):
@@ -116,7 +118,13 @@ class WarningMessage(TypedDict):
 
 
 def warning_to_send(
-    category: type[Warning], message: object, filename: object, lineno: int | None, nodeid: str
+    category: type[Warning],
+    message: object,
+    filename: object,
+    lineno: int | None,
+    nodeid: str,
+    *,
+    from_import: bool = False,
 ) -> WarningMessage:
     sent: WarningSent = {
         "category": f"{category.__module__}:{category.__qualname__}",
@@ -124,6 +132,7 @@ def warning_to_send(
         "filename": str(filename),
         "lineno": int(lineno or 0),
         "nodeid": nodeid,
+        "from_import": from_import,
     }
     return {"warning": sent}
 

@@ -318,16 +318,23 @@ def _teardown_shared_fixtures(
 
 def _warn(item: pytest.Item, found: list[WarningSent], notices: list[str]) -> None:
     """The test process's warnings, shown as pytest shows a test's own (its filters already
-    applied to them); then the runner's ``notices`` (taken), each the first time in the
-    session, as CudagraphGuardWarnings of ``item``."""
+    applied to them; one an import raised, the first time in the session); then the runner's
+    ``notices`` (taken), each the first time in the session, as CudagraphGuardWarnings of
+    ``item``."""
     config = item.config
+    said = config.stash.setdefault(_said_key, set())
     for data in found:
+        if data.get("from_import"):
+            # Met by every test process that imports the module afresh: once, as in-process.
+            key = f"{data['category']}\0{data['message']}\0{data['filename']}:{data['lineno']}"
+            if key in said:
+                continue
+            said.add(key)
         category = _warning_category(data["category"])
         warning = category(data["message"])
         notify(
             config, warning, nodeid=item.nodeid, filename=data["filename"], lineno=data["lineno"]
         )
-    said = config.stash.setdefault(_said_key, set())
     for notice in notices:
         if notice not in said:
             said.add(notice)

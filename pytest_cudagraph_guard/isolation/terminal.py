@@ -13,6 +13,7 @@ Called by :mod:`.child` (the test process). Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -34,6 +35,12 @@ def write_to_terminal(named: str) -> None:
         os.dup2(err, 2)
     except (ValueError, OSError):
         return  # not handed over: the output stays in the test's files
+    # The interpreter chose its buffering for the zygote's own output, a pipe: block-buffered,
+    # unless PYTHONUNBUFFERED. A line the test writes must reach the terminal as it would from
+    # the session itself, and before the process dies (a crash or os._exit loses a buffer).
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
 class PytestChatter(io.TextIOBase):

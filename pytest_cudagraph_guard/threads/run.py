@@ -38,7 +38,7 @@ from ..core.records import (
     thread_run_key,
 )
 from ..core.settings import SettingsReader, switched
-from .failures import raise_failures
+from .failures import raise_failures, where_the_test_is
 from .placement import Placement, barrier
 
 if TYPE_CHECKING:
@@ -207,9 +207,7 @@ class ThreadRun:
 
     def _run_threads(self, context: contextvars.Context) -> list[threading.Thread]:
         threads = self._start_threads(context)
-        deadline = time.monotonic() + self.options.timeout
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        self._join(threads, time.monotonic() + self.options.timeout)
         stuck = [t for t in threads if t.name not in self.bodies_done]
         if stuck:
             self.finished.abort()  # the others leave without releasing their state
@@ -218,6 +216,23 @@ class ThreadRun:
                     thread.join(RELEASE_GRACE_S)
         faults.run_ours(EXIT_LOSS, wait_until_exited, threads)
         return stuck
+
+    def _join(self, threads: list[threading.Thread], deadline: float) -> None:
+        """Waits for the threads until ``deadline``. Interrupted meanwhile (pytest-timeout's
+        signal, Ctrl-C), the main thread raises as if from where the first thread still in the
+        test's body is: the failure reads in the test's code, not in ours or ``threading``'s."""
+        __tracebackhide__ = True
+        try:
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        except BaseException as interruption:
+            for thread in threads:
+                where = where_the_test_is(thread, self._thread_main.__name__)
+                # Not is_alive(): Python 3.11 marks a thread stopped when a join of it is
+                # interrupted; a thread with frames is running.
+                if where is not None:
+                    raise interruption.with_traceback(where) from None
+            raise
 
     def _start_threads(self, context: contextvars.Context) -> list[threading.Thread]:
         threads: list[threading.Thread] = []

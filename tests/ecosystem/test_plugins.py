@@ -194,6 +194,13 @@ EXTRA_ARGS = {
     "doctest": ["--doctest-modules"],
 }
 NOT_TESTS = ("warnings", "rerun")
+# The suites that run in one session, as a real suite carries several plugins at once: each
+# session is 4 runs of pytest (about 12 s each on 2 busy cores), so the fewer the better.
+SESSIONS = {
+    "plugins without options": ["hypothesis", "asyncio", "mock", "unittest"],
+    "plugins with options": ["rerunfailures", "repeat", "randomly", "cov", "doctest"],
+    "xdist groups": ["xdist_group"],
+}
 # Each feature beside each plugin, against the suite's own counts without the plugin's options.
 FEATURES = {
     "subprocess": ["--cudagraph-subprocess"],
@@ -202,13 +209,16 @@ FEATURES = {
 }
 
 
-@pytest.mark.parametrize("suite", sorted(SUITES))
-def test_a_suite_beside_a_plugin(
-    eco: pytest.Pytester, no_process_left: Callable[[], None], suite: str
+@pytest.mark.parametrize("session", sorted(SESSIONS))
+def test_suites_beside_plugins(
+    eco: pytest.Pytester, no_process_left: Callable[[], None], session: str
 ) -> None:
-    eco.makepyfile(**{f"test_{suite}": SUITES[suite], "test_ours": OURS, "drafted": DRAFTED})
+    suites = SESSIONS[session]
+    eco.makepyfile(**{f"test_{suite}": SUITES[suite] for suite in suites})
+    eco.makepyfile(test_ours=OURS, drafted=DRAFTED)
     eco.makeconftest(RUN_ID)
-    args = [*EXTRA_ARGS.get(suite, []), "-p", "no:cacheprovider"]
+    args = [arg for suite in suites for arg in EXTRA_ARGS.get(suite, [])]
+    args += ["-p", "no:cacheprovider"]
     expected: dict[str, int] = {}
     for feature, options in {"plain": [], **FEATURES}.items():
         result = eco.runpytest_subprocess(*args, *options)
@@ -219,6 +229,11 @@ def test_a_suite_beside_a_plugin(
             report = json.loads((eco.path / "report.json").read_text())
             ran = {key: n for key, n in expected.items() if key not in NOT_TESTS}
             assert len(report["tests"]) == sum(ran.values())
-        if suite == "cov":
+        if "cov" in suites:
             result.stdout.fnmatch_lines(["drafted.py * 100%*"])
     no_process_left()
+
+
+def test_every_suite_runs_in_a_session() -> None:
+    in_sessions = [suite for suites in SESSIONS.values() for suite in suites]
+    assert sorted(in_sessions) == sorted(SUITES)

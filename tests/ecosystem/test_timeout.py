@@ -79,6 +79,11 @@ def test_a_timed_out_test_fails_and_the_session_goes_on(
     # Each failure's own text (the summary's lines are cut to the terminal's width).
     assert output.count("Timeout (>5.0s) from pytest-timeout.") >= 2  # the process, the threads
     assert "Timeout (>2.0s) from pytest-timeout." in output  # its own marker's
+    if method == "signal":  # the threads' test fails where its threads are: in its code
+        failure = output.split("_ test_threads_hang _", 1)[1].split("Captured", 1)[0]
+        assert ">       time.sleep(60)" in failure
+        assert "fault_guard.py" not in failure, failure
+        assert "threading.py" not in failure, failure
     no_process_left()
 
 

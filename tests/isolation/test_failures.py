@@ -280,3 +280,42 @@ def test_a_preload_failure_is_said_once_and_the_tests_run(ourtester: pytest.Pyte
         notice = f"the zygote could not preload {module} ({error}"
         assert output.count(notice) == 1, output
     assert "each test process imports it itself" in output
+
+
+WARNS_ON_IMPORT = """
+import warnings
+
+def deprecated(function):
+    warnings.warn(UserWarning("deprecated-marker"))
+    return function
+
+class Model:
+    @deprecated  # at import: a warning from a function, as torch.jit.script_method's
+    def forward(self):
+        pass
+
+def old_call():
+    warnings.warn(UserWarning("old-call-marker"))
+"""
+
+
+def test_a_warning_an_import_raises_counts_as_it_counts_in_process(
+    ourtester: pytest.Pytester,
+) -> None:
+    """Each test process imports the module afresh: its import's warning once a session, as
+    in-process; a warning raised by each test's own call, once a test."""
+    ourtester.makepyfile(
+        warns_on_import=WARNS_ON_IMPORT,
+        test_warns="""
+        import pytest
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_imports_then_calls(n):
+            import warns_on_import
+            warns_on_import.old_call()
+        """,
+    )
+    in_process = ourtester.runpytest("-p", "no:cacheprovider")
+    in_process.assert_outcomes(passed=3, warnings=4)
+    isolated = ourtester.runpytest("-p", "no:cacheprovider", "--cudagraph-subprocess")
+    isolated.assert_outcomes(passed=3, warnings=4)

@@ -5,6 +5,7 @@ test processes, never timed."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -81,8 +82,11 @@ def test_a_test_module_s_installed_imports_are_loaded_once_before_its_first_test
     With ``--doctest-modules`` the module is collected twice, the second time finding its
     imports done."""
     tester = fake_cuda()
-    # The inner session is a process of its own (its torch's caches start empty): its path.
-    monkeypatch.setenv("PYTHONPATH", f"{library}:{tester.path / 'site'}")
+    # The inner session is a process of its own (its torch's caches start empty): its path, and
+    # the one this session was given (where the plugin may come from).
+    inherited = os.environ.get("PYTHONPATH")
+    path = [str(library), str(tester.path / "site"), *([inherited] if inherited else [])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
     tester.makeconftest(CONFTEST)
     tester.makepyfile(test_imports=TEST_MODULE)
     result = tester.runpytest_subprocess("-p", "no:cacheprovider", *args)

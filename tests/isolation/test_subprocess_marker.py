@@ -181,8 +181,13 @@ def test_a_dead_process_fails_its_test_and_the_session_goes_on(ourtester: pytest
     result.stdout.fnmatch_lines(["cudagraph_subprocess: test process died with exit code 3"])
 
 
-def test_uncaptured_output_of_a_dead_process_is_shown(ourtester: pytest.Pytester) -> None:
+def test_uncaptured_output_of_a_dead_process_is_shown(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ourtester.makepyfile(CRASHES)
+    # Output to a file, buffered as the interpreter buffers it there (not PYTHONUNBUFFERED):
+    # the test's line still reaches it before the process dies.
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
     result = ourtester.runpytest_subprocess("-s", "-k", "exits")
     result.assert_outcomes(failed=1, deselected=3)
     # Under -s, as the test writes it (before its failure is shown), as it would in-process.
