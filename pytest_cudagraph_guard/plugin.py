@@ -225,7 +225,10 @@ def _start_report(session: PluginSession) -> None:
             reason = None if fmt.path is None else why_not_writable(fmt.path)
             if reason is not None:
                 raise pytest.UsageError(f"--cudagraph-report: cannot write {fmt}: {reason}")
-        writer = ReportWriter(list(options.report), options.as_record())
+        from .report.session_journal import start_session_journal
+
+        journal = start_session_journal(session)
+        writer = ReportWriter(list(options.report), options.as_record(), journal)
         register(config.pluginmanager, writer, PluginNames.REPORT_WRITER)
 
 

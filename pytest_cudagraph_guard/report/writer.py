@@ -34,6 +34,7 @@ from .render import (
     summary_record,
     worth_a_look,
 )
+from .session_journal import SessionJournal
 from .wire import carried_record
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
@@ -49,11 +50,17 @@ class ReportWriter:
 
     parts = (Part("--cudagraph-report", "the report's terminal section and files"),)
 
-    def __init__(self, formats: list[ReportFormat], options: OptionsRecord | None = None) -> None:
+    def __init__(
+        self,
+        formats: list[ReportFormat],
+        options: OptionsRecord | None = None,
+        journal: SessionJournal | None = None,
+    ) -> None:
         self.formats = formats
         self.options = options
         self.records: dict[str, TestRecord] = {}
         self.file_lines: list[tuple[str, bool]] = []  # what became of each file; True: an error
+        self.journal = journal
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when not in RECORD_PHASES:
@@ -62,6 +69,8 @@ class ReportWriter:
         record = found[-1] if found else carried_record(report)
         if record is not None:
             self.records[report.nodeid] = cast(TestRecord, record)  # JSON across processes
+            if self.journal is not None:
+                self.journal.add(self.records[report.nodeid])
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -72,26 +81,24 @@ class ReportWriter:
 
     def _terminal_section(self, terminalreporter: pytest.TerminalReporter) -> None:
         everything = any(f.kind == "term-all" for f in self.formats)
+        lines, summary = section_lines(list(self.records.values()), everything=everything)
         terminalreporter.write_sep("=", "cudagraph report")
-        applied = Counter(by for r in self.records.values() if (by := r.get("applied_by")))
-        for line in applied_lines(applied):
+        for line in lines:
             terminalreporter.write_line(line)
-        records = [self.records[n] for n in sorted(self.records)]
-        shown = [r for r in records if everything or worth_a_look(r)]
-        if not shown:
-            terminalreporter.write_line(NOTHING_TO_SHOW)
-        for record in shown:
-            for line in full_lines(record) if everything else brief_lines(record):
-                terminalreporter.write_line(line)
-        if shown and len(shown) < len(records):
-            terminalreporter.write_line(nothing_to_show_line(len(records) - len(shown)))
         terminalreporter.write_sep("-", "summary")
-        for line in summary_lines(records):
+        for line in summary:
             terminalreporter.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Writes the files; one that cannot be written makes the session's exit status
-        non-zero (a CI job must see it), said in one line at the end."""
+        non-zero (a CI job must see it), said in one line at the end, and the journal of what
+        the report knew stays. Written, the journal goes."""
+        if not self._write_files(session) and self.journal is not None:
+            self.journal.end()
+
+    def _write_files(self, session: pytest.Session) -> bool:
+        """Writes the files; whether one could not be written."""
+        failed = False
         document = None
         for fmt in self.formats:
             if fmt.path is None:
@@ -107,10 +114,16 @@ class ReportWriter:
                 )
                 if session.exitstatus == pytest.ExitCode.OK:
                     session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+                failed = True
             else:
                 self.file_lines.append(
                     (f"cudagraph report: {fmt.kind} written to {fmt.path}", False)
                 )
+        if failed and self.journal is not None:
+            self.file_lines.append(
+                (f"cudagraph report: what it knew is in {self.journal.path}", True)
+            )
+        return failed
 
     def document(self) -> ReportDocument:
         return ReportDocument(
@@ -119,6 +132,21 @@ class ReportWriter:
             tests=[self.records[k] for k in sorted(self.records)],
             summary=summary_record(list(self.records.values())),
         )
+
+
+def section_lines(records: list[TestRecord], *, everything: bool) -> tuple[list[str], list[str]]:
+    """The terminal section's lines: those above its summary rule, and the summary's."""
+    applied = Counter(by for r in records if (by := r.get("applied_by")))
+    lines = list(applied_lines(applied))
+    ordered = sorted(records, key=lambda record: record["nodeid"])
+    shown = [r for r in ordered if everything or worth_a_look(r)]
+    if not shown:
+        lines.append(NOTHING_TO_SHOW)
+    for record in shown:
+        lines += full_lines(record) if everything else brief_lines(record)
+    if shown and len(shown) < len(ordered):
+        lines.append(nothing_to_show_line(len(ordered) - len(shown)))
+    return lines, summary_lines(ordered)
 
 
 def _environment(options: OptionsRecord | None) -> Environment:

@@ -1,0 +1,117 @@
+"""A session that dies (a native crash in the pytest process, SIGKILL) still leaves what its
+report knew, read back by ``python -m pytest_cudagraph_guard report PATH``; the fault handler's
+dump names the running test. Real sessions, real crashes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Two tests end, then one dies in its thread right after a compile (its last activity).
+DIES_IN_A_THREAD = """
+import ctypes
+import pytest
+import torch
+
+def test_passes():
+    pass
+
+def test_fails():
+    assert False
+
+def step(x):
+    return x * 2
+
+@pytest.mark.cudagraph_thread
+def test_crashes_in_a_thread():
+    torch.compile(step, backend="eager")(torch.ones(2))
+    ctypes.string_at(0)
+
+def test_never_runs():
+    pass
+"""
+KILLED = """
+import os
+import signal
+
+def test_passes():
+    pass
+
+def test_killed():
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def read_back(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_cudagraph_guard", "report", str(path), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_native_crash_leaves_the_report_so_far(ourtester: pytest.Pytester) -> None:
+    ourtester.makepyfile(test_dies=DIES_IN_A_THREAD)
+    result = ourtester.runpytest_subprocess("-p", "no:randomly", "--cudagraph-report=json:r.json")
+    assert result.ret != 0
+    assert not (ourtester.path / "r.json").exists()  # never half a file
+    journal = ourtester.path / "r.json.partial"
+    # The fault handler's dump (pytest's, to stderr) names the test and the journal.
+    label = "<cudagraph-guard: running test_dies.py::test_crashes_in_a_thread; report so far: "
+    assert label in result.stderr.str()
+    assert str(journal.name) in result.stderr.str()
+    done = read_back(journal)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "2 tests: 1 passed, 1 failed" in lines
+    assert "running when the session ended: test_dies.py::test_crashes_in_a_thread" in lines
+    activity = "  its last CUDA-graph activity: after compiling `step (test_dies.py:"
+    last = next(line for line in lines if line.startswith(activity))
+    assert last.endswith("` (backend eager) in thread `cudagraph-thread-0`")
+    assert "test_never_runs" not in done.stdout
+
+
+def test_a_killed_session_with_the_terminal_report_leaves_it_in_its_folder(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makepyfile(test_killed=KILLED)
+    result = ourtester.runpytest_subprocess("-p", "no:randomly", "--cudagraph-report")
+    assert result.ret != 0
+    done = read_back(ourtester.path / "cudagraph-report.partial")
+    assert done.returncode == 0, done.stderr
+    assert "1 test: 1 passed" in done.stdout.splitlines()
+    assert "running when the session ended: test_killed.py::test_killed" in done.stdout
+
+
+def test_a_session_that_ends_leaves_no_journal_and_its_report_reads_back_alike(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makepyfile("def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n")
+    result = ourtester.runpytest_subprocess("--cudagraph-report", "--cudagraph-report=json:r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    assert sorted(p.name for p in ourtester.path.iterdir() if "partial" in p.name) == []
+    done = read_back(ourtester.path / "r.json")
+    assert done.returncode == 0, done.stderr
+    output = result.stdout.str()
+    summary = output[output.index(" summary ") :].splitlines()[1:4]
+    assert summary == done.stdout[done.stdout.index(" summary ") :].splitlines()[1:4]
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(None, "No such file"), ("[1, 2]", "not a --cudagraph-report json file")],
+)
+def test_a_file_that_cannot_be_read_back_is_named(
+    tmp_path: Path, content: str | None, why: str
+) -> None:
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    done = read_back(path)
+    assert done.returncode == 2
+    assert f"cannot read {path}" in done.stderr
+    assert why in done.stderr
