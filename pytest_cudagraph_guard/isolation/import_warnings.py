@@ -19,9 +19,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-# The files of the frames that importlib's own code runs in while a module's code executes.
-_IMPORT_FRAMES: Final = frozenset(
-    {"<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}
+# The modules of importlib's own code, as the frames it runs a module's code from name them.
+_IMPORT_MACHINERY: Final = frozenset(
+    {
+        "_frozen_importlib",
+        "_frozen_importlib_external",
+        "importlib._bootstrap",
+        "importlib._bootstrap_external",
+    }
 )
 
 
@@ -59,10 +64,17 @@ class ImportWarnings:
 
 
 def _importing() -> bool:
-    """Whether a module's code is executing: importlib's frames are on the stack."""
+    """Whether a module's code is executing: a module's frame (``<module>``) that importlib's
+    code called is on the stack. Not importlib's frames alone: ``from package import name`` on
+    a loaded package runs through them too, and may call the package's ``__getattr__``."""
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_filename in _IMPORT_FRAMES:
+        caller = frame.f_back
+        if (
+            frame.f_code.co_name == "<module>"
+            and caller is not None
+            and caller.f_globals.get("__name__") in _IMPORT_MACHINERY
+        ):
             return True
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = caller  # type: ignore[assignment]
     return False

@@ -8,10 +8,11 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from tempfile import gettempdir
 from typing import Any, Final, cast
 
 from ..core.records import TestRecord
-from .session_journal import PARTIAL_SUFFIX, read_session_journal
+from .session_journal import PARTIAL_SUFFIX, TERM_ONLY_NAME, read_session_journal
 from .writer import section_lines
 
 USAGE: Final = "python -m pytest_cudagraph_guard report PATH"
@@ -25,13 +26,26 @@ def main(argv: list[str]) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     report = commands.add_parser("report", help="print the term report of PATH")
-    report.add_argument("path", type=Path, metavar="PATH")
+    report.add_argument(
+        "path",
+        type=Path,
+        metavar="PATH",
+        nargs="?",
+        help="a json report or a .partial journal; without it, the newest journal a term-only "
+        "session that did not end left in the temporary folder",
+    )
     report.add_argument("--all", action="store_true", help="every test, as term-all shows")
     args = parser.parse_args(argv)
+    path: Path | None = args.path or newest_term_journal()
+    if path is None:
+        print(
+            f"{USAGE}: no journal of a session that did not end in {gettempdir()}", file=sys.stderr
+        )
+        return 2
     try:
-        lines = report_lines(args.path, everything=args.all)
+        lines = report_lines(path, everything=args.all)
     except (OSError, ValueError) as error:
-        print(f"{USAGE}: cannot read {args.path}: {error}", file=sys.stderr)
+        print(f"{USAGE}: cannot read {path}: {error}", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0
@@ -62,6 +76,12 @@ def report_lines(path: Path, *, everything: bool) -> list[str]:
         *summary,
         *tail,
     ]
+
+
+def newest_term_journal() -> Path | None:
+    """The journal a term-only session that did not end left last, if any."""
+    found = Path(gettempdir()).glob(f"{TERM_ONLY_NAME}-*{PARTIAL_SUFFIX}")
+    return max(found, key=lambda path: path.stat().st_mtime, default=None)
 
 
 def _rule(character: str, title: str) -> str:

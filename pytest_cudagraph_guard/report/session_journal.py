@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import platform
+import tempfile
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,22 +33,23 @@ from ..core.journal import Action, read_journal
 from ..core.records import Environment, TestRecord, environment_record
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
-from ..core.warnings import CudagraphGuardWarning
 from .crash_journal import CrashJournal
 
 PARTIAL_SUFFIX: Final = ".partial"
 ACTIVITY_SUFFIX: Final = ".activity"
-# The journal of a session whose report has no file (``term`` alone), in its folder.
+# The journal of a session whose report has no file (``term`` alone): its name, and the pid.
 TERM_ONLY_NAME: Final = "cudagraph-report"
 _LABEL_NAME: Final = "runtest"
 
 
 def journal_path(formats: list[ReportFormat], folder: Path) -> Path:
     """Where a session with these report formats keeps its journal: beside its first report
-    file (``cudagraph-report.json.partial``), else ``cudagraph-report.partial`` in ``folder``."""
+    file (``cudagraph-report.json.partial``), else (``term`` alone: the user asked for no file
+    in ``folder``) ``cudagraph-report-PID.partial`` in the system's temporary folder."""
     first = next((fmt.path for fmt in formats if fmt.path is not None), None)
-    base = first if first is not None else folder / TERM_ONLY_NAME
-    return base.with_name(base.name + PARTIAL_SUFFIX)
+    if first is None:
+        return Path(tempfile.gettempdir()) / f"{TERM_ONLY_NAME}-{os.getpid()}{PARTIAL_SUFFIX}"
+    return first.with_name(first.name + PARTIAL_SUFFIX)
 
 
 def activity_path(journal: Path) -> Path:
@@ -56,49 +58,88 @@ def activity_path(journal: Path) -> Path:
 
 
 class SessionJournal:
-    """Keeps the journal at ``path`` (registered beside the report's writer, which hands it
-    the records and ends it)."""
+    """Keeps the journal at ``path`` from the session's start (registered beside the report's
+    writer, which hands it the records and keeps it where the report's files could not be
+    written); ended by the config's cleanup. Where it cannot be written, it is dropped and
+    :attr:`lost` says why: the session goes on as without it."""
 
     parts = (Part("--cudagraph-report", "the report kept on disk while the session runs"),)
 
-    def __init__(self, path: Path, *, label_tests: bool) -> None:
+    def __init__(self, path: Path, environment: Environment, *, label_tests: bool) -> None:
         self.path = path
+        self.environment = environment
         self.label_tests = label_tests
+        self.kept = False
+        self.lost: str | None = None
         self._fd: int | None = None
+        # Of each running test: what its runtest was (None: the class's) and the labelled one.
+        self._labelled: dict[str, tuple[object, object]] = {}
 
-    def open(self, environment: Environment) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-        self._fd = os.open(self.path, flags, 0o644)
-        activity_path(self.path).unlink(missing_ok=True)  # a dead session's, before this one
-        self._append({"session": {"environment": environment}})
+    @property
+    def keeping(self) -> bool:
+        """Whether the journal is being written (its activity journal beside it then too)."""
+        return self._fd is not None
+
+    def pytest_sessionstart(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+            self._fd = os.open(self.path, flags, 0o644)
+            activity_path(self.path).unlink(missing_ok=True)  # a dead session's, before this one
+        except OSError as error:
+            self._lose(error)
+        self._append({"session": {"environment": self.environment}})
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self._append({"started": nodeid})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if self.label_tests:
+        if self.label_tests and self.keeping:
             label = f"<cudagraph-guard: running {item.nodeid}; report so far: {self.path}>"
-            item.runtest = _labelled(item.runtest, label)  # type: ignore[method-assign]
+            labelled = _labelled(item.runtest, label)
+            self._labelled[item.nodeid] = (item.__dict__.get("runtest"), labelled)
+            item.runtest = labelled  # type: ignore[method-assign]
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
-        item.__dict__.pop("runtest", None)
+        """The test's own ``runtest`` back, unless another plugin set one meanwhile."""
+        before, labelled = self._labelled.pop(item.nodeid, (None, None))
+        if labelled is not None and item.__dict__.get("runtest") is labelled:
+            if before is None:
+                del item.__dict__["runtest"]
+            else:
+                item.__dict__["runtest"] = before
 
     def add(self, record: TestRecord) -> None:
         self._append({"record": record})
 
+    def keep(self) -> None:
+        """The report's files could not be written: what the journal knows stays."""
+        self.kept = True
+
     def end(self) -> None:
-        """The session ended and its report is written: the journal goes."""
+        """The session ended: the journal goes, unless it is kept."""
         self._close()
+        if self.kept and self.lost is None:
+            return
         for path in (self.path, activity_path(self.path)):
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
 
     def _append(self, line: dict[str, Any]) -> None:
-        if self._fd is not None:
+        if self._fd is None:
+            return
+        try:
             os.write(self._fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+        except (OSError, TypeError, ValueError) as error:
+            self._lose(error)
+
+    def _lose(self, error: Exception) -> None:
+        self._close()
+        self.lost = getattr(error, "strerror", None) or type(error).__name__
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)
 
     def _close(self) -> None:
         if self._fd is not None:
@@ -108,6 +149,7 @@ class SessionJournal:
 
 
 def _call(function: Callable[[], None]) -> None:
+    __tracebackhide__ = True
     function()
 
 
@@ -152,27 +194,19 @@ def read_session_journal(path: Path) -> DeadSession:
     return found
 
 
-def start_session_journal(session: PluginSession) -> SessionJournal | None:
-    """What the report knows, kept on disk while the session runs (None where it cannot be:
-    the session goes on without it, said in a warning); the CUDA-graph activity of the tests
-    that run in this process, beside it."""
+def start_session_journal(session: PluginSession) -> SessionJournal:
+    """What the report knows, kept on disk from the session's start to its end; the CUDA-graph
+    activity of the tests that run in this process, beside it."""
     config, options = session.config, session.options
     path = journal_path(list(options.report), config.invocation_params.dir)
     tests_here = not session.xdist_controller
-    journal = SessionJournal(path, label_tests=tests_here)
-    try:
-        journal.open(
-            environment_record(python=platform.python_version(), options=options.as_record())
-        )
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        message = f"--cudagraph-report: cannot keep the report so far in {path} ({reason})"
-        config.issue_config_time_warning(CudagraphGuardWarning(message), stacklevel=2)
-        return None
+    environment = environment_record(python=platform.python_version(), options=options.as_record())
+    journal = SessionJournal(path, environment, label_tests=tests_here)
     register(config.pluginmanager, journal)
+    config.add_cleanup(journal.end)
     if tests_here:
         activity = str(activity_path(path))
-        crash_journal = CrashJournal(lambda: activity)
+        crash_journal = CrashJournal(lambda: activity if journal.keeping else None)
         register(config.pluginmanager, crash_journal)
         config.add_cleanup(crash_journal.close)
     return journal

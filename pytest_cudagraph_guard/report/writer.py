@@ -92,13 +92,22 @@ class ReportWriter:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Writes the files; one that cannot be written makes the session's exit status
         non-zero (a CI job must see it), said in one line at the end, and the journal of what
-        the report knew stays. Written, the journal goes."""
-        if not self._write_files(session) and self.journal is not None:
-            self.journal.end()
+        the report knew is kept (it goes otherwise, with the config's cleanup)."""
+        failed, json_written = self._write_files(session)
+        journal = self.journal
+        if journal is None:
+            return
+        if journal.lost is not None:
+            if not failed:  # else the file's own line says why
+                line = f"cudagraph report: could not keep the report so far in {journal.path}"
+                self.file_lines.append((f"{line} ({journal.lost})", False))
+        elif failed and not json_written:  # what the records were is nowhere else
+            journal.keep()
+            self.file_lines.append((f"cudagraph report: what it knew is in {journal.path}", True))
 
-    def _write_files(self, session: pytest.Session) -> bool:
-        """Writes the files; whether one could not be written."""
-        failed = False
+    def _write_files(self, session: pytest.Session) -> tuple[bool, bool]:
+        """Writes the files; whether one could not be written, and whether a json one was."""
+        failed = json_written = False
         document = None
         for fmt in self.formats:
             if fmt.path is None:
@@ -119,11 +128,8 @@ class ReportWriter:
                 self.file_lines.append(
                     (f"cudagraph report: {fmt.kind} written to {fmt.path}", False)
                 )
-        if failed and self.journal is not None:
-            self.file_lines.append(
-                (f"cudagraph report: what it knew is in {self.journal.path}", True)
-            )
-        return failed
+                json_written = json_written or fmt.kind == "json"
+        return failed, json_written
 
     def document(self) -> ReportDocument:
         return ReportDocument(

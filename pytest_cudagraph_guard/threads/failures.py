@@ -8,7 +8,7 @@ import re
 import sys
 import threading
 import traceback
-from types import FrameType, TracebackType
+from types import CodeType, FrameType, TracebackType
 from typing import Any, Final
 
 from ..core.markers import THREAD_MARKER
@@ -104,19 +104,20 @@ def _is_machinery(filename: str) -> bool:
     return filename == threading.__file__ or os.path.dirname(filename) == _OURS
 
 
-def where_the_test_is(thread: threading.Thread, body_caller: str) -> TracebackType | None:
-    """A traceback of where ``thread`` is now, from the frame that ``body_caller`` (the function
-    of ours that calls the test's body) called down: what the main thread is told when it is
-    interrupted (pytest-timeout's signal, Ctrl-C) while it waits for the test's threads, so that
-    the failure reads in the test's code. None where the thread is not inside the body."""
+def where_the_test_is(thread: threading.Thread, body_caller: CodeType) -> TracebackType | None:
+    """A traceback of where ``thread`` is now, from the frame that ``body_caller`` (the code of
+    ours that calls the test's body) called down: what the main thread's failure shows when
+    pytest-timeout's signal stops it while it waits for the test's threads, so that the failure
+    reads in the test's code. None where the thread is not inside the body."""
     frame = sys._current_frames().get(thread.ident or -1)
     frames: list[FrameType] = []
-    while frame is not None and frame.f_code.co_name != body_caller:
+    while frame is not None and frame.f_code is not body_caller:
         frames.append(frame)
         frame = frame.f_back
     if frame is None:
         return None
     found: TracebackType | None = None
     for inner in frames:  # innermost first: each wraps the ones it called
-        found = TracebackType(found, inner, inner.f_lasti, inner.f_lineno or 0)
+        if inner.f_lineno is not None:
+            found = TracebackType(found, inner, inner.f_lasti, inner.f_lineno)
     return found

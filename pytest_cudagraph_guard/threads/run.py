@@ -218,20 +218,22 @@ class ThreadRun:
         return stuck
 
     def _join(self, threads: list[threading.Thread], deadline: float) -> None:
-        """Waits for the threads until ``deadline``. Interrupted meanwhile (pytest-timeout's
-        signal, Ctrl-C), the main thread raises as if from where the first thread still in the
-        test's body is: the failure reads in the test's code, not in ours or ``threading``'s."""
+        """Waits for the threads until ``deadline``. Failed meanwhile by pytest-timeout's signal,
+        the main thread fails as if from where the first thread still in the test's body is:
+        the failure reads in the test's code, not in ours or ``threading``'s. (Ctrl-C keeps its
+        own traceback.)"""
         __tracebackhide__ = True
         try:
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
-        except BaseException as interruption:
+        except pytest.fail.Exception as failed:
+            # Not is_alive(): Python 3.11 marks a thread stopped when a join of it is
+            # interrupted. A thread with frames in the body is running.
+            body_caller = self._thread_main.__func__.__code__  # type: ignore[attr-defined]
             for thread in threads:
-                where = where_the_test_is(thread, self._thread_main.__name__)
-                # Not is_alive(): Python 3.11 marks a thread stopped when a join of it is
-                # interrupted; a thread with frames is running.
+                where = where_the_test_is(thread, body_caller)
                 if where is not None:
-                    raise interruption.with_traceback(where) from None
+                    raise failed.with_traceback(where) from None
             raise
 
     def _start_threads(self, context: contextvars.Context) -> list[threading.Thread]:

@@ -45,9 +45,10 @@ def test_killed():
 """
 
 
-def read_back(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def read_back(path: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
+    given = [] if path is None else [str(path)]
     return subprocess.run(
-        [sys.executable, "-m", "pytest_cudagraph_guard", "report", str(path), *args],
+        [sys.executable, "-m", "pytest_cudagraph_guard", "report", *given, *args],
         capture_output=True,
         text=True,
         check=False,
@@ -75,30 +76,38 @@ def test_a_native_crash_leaves_the_report_so_far(ourtester: pytest.Pytester) -> 
     assert "test_never_runs" not in done.stdout
 
 
-def test_a_killed_session_with_the_terminal_report_leaves_it_in_its_folder(
-    ourtester: pytest.Pytester,
+def test_a_killed_session_with_the_terminal_report_leaves_it_in_the_temporary_folder(
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    temporary = ourtester.mkdir("tmp")
+    monkeypatch.setenv("TMPDIR", str(temporary))
     ourtester.makepyfile(test_killed=KILLED)
     result = ourtester.runpytest_subprocess("-p", "no:randomly", "--cudagraph-report")
     assert result.ret != 0
-    done = read_back(ourtester.path / "cudagraph-report.partial")
+    assert [p.name for p in temporary.glob("*.partial")] != []
+    done = read_back(None)  # the newest there
     assert done.returncode == 0, done.stderr
     assert "1 test: 1 passed" in done.stdout.splitlines()
     assert "running when the session ended: test_killed.py::test_killed" in done.stdout
 
 
 def test_a_session_that_ends_leaves_no_journal_and_its_report_reads_back_alike(
-    ourtester: pytest.Pytester,
+    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    temporary = ourtester.mkdir("tmp")
+    monkeypatch.setenv("TMPDIR", str(temporary))
     ourtester.makepyfile("def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n")
     result = ourtester.runpytest_subprocess("--cudagraph-report", "--cudagraph-report=json:r.json")
     result.assert_outcomes(passed=1, failed=1)
-    assert sorted(p.name for p in ourtester.path.iterdir() if "partial" in p.name) == []
+    assert [p.name for p in ourtester.path.iterdir() if "partial" in p.name] == []
+    assert [p.name for p in temporary.iterdir()] == []
     done = read_back(ourtester.path / "r.json")
     assert done.returncode == 0, done.stderr
     output = result.stdout.str()
     summary = output[output.index(" summary ") :].splitlines()[1:4]
     assert summary == done.stdout[done.stdout.index(" summary ") :].splitlines()[1:4]
+    ourtester.runpytest_subprocess("--cudagraph-report").assert_outcomes(passed=1, failed=1)
+    assert [p.name for p in temporary.iterdir()] == []  # term alone: none in the temporary folder
 
 
 @pytest.mark.parametrize(
@@ -115,3 +124,43 @@ def test_a_file_that_cannot_be_read_back_is_named(
     assert done.returncode == 2
     assert f"cannot read {path}" in done.stderr
     assert why in done.stderr
+
+
+def test_a_runtest_another_plugin_set_is_kept(ourtester: pytest.Pytester) -> None:
+    """The labelled call wraps whatever runs the test, and puts it back after the test."""
+    ourtester.makeconftest(
+        """
+        import pytest
+
+        WRAPPERS = {}
+        CALLS = []
+
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                def wrapper(original=item.runtest, nodeid=item.nodeid):
+                    CALLS.append(nodeid)
+                    original()
+                item.runtest = WRAPPERS[item.nodeid] = wrapper
+
+        def pytest_sessionfinish(session):
+            ours = [item.__dict__.get("runtest") for item in session.items]
+            kept = ours == [WRAPPERS[item.nodeid] for item in session.items]
+            with open("seen.txt", "w") as seen:
+                seen.write(f"{kept} {len(CALLS)}")
+        """
+    )
+    ourtester.makepyfile("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    result = ourtester.runpytest_subprocess("--cudagraph-report")
+    result.assert_outcomes(passed=2)
+    assert (ourtester.path / "seen.txt").read_text() == "True 2"
+
+
+def test_a_report_that_cannot_be_written_at_the_end_leaves_what_it_knew(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makepyfile("import os\n\ndef test_takes_the_place():\n    os.makedirs('out/r.md')\n")
+    result = ourtester.runpytest_subprocess("--cudagraph-report=md:out/r.md")
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    result.stdout.fnmatch_lines(["cudagraph report: what it knew is in out/r.md.partial"])
+    done = read_back(ourtester.path / "out" / "r.md.partial")
+    assert "1 test: 1 passed" in done.stdout.splitlines()
