@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from ..helpers import records_by_name
@@ -246,3 +249,47 @@ def test_unittest_settings_agree_with_activity(gpu_tester: pytest.Pytester) -> N
     words = " ".join(line.strip() for line in result.stdout.lines)  # settings wrap over lines
     assert "triton.cudagraphs=True (test)" in words
     result.stdout.no_fnmatch_line("*at the end*")
+
+
+def test_a_session_that_dies_after_replays_leaves_them_in_its_report(
+    gpu_tester: pytest.Pytester,
+) -> None:
+    """The pytest process itself crashes right after a CUDA graph's replays: what the report
+    knew, read back, names the replay and its thread."""
+    gpu_tester.makepyfile(
+        """
+        import ctypes
+        import torch
+
+        def step(x):
+            return torch.sin(x) * 2
+
+        def test_passes():
+            pass
+
+        def test_replays_then_crashes():
+            compiled = torch.compile(step, mode="reduce-overhead")
+            x = torch.randn(1024, device="cuda")
+            for _ in range(5):
+                compiled(x)
+            torch.cuda.synchronize()
+            ctypes.string_at(0)
+        """
+    )
+    result = gpu_tester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cudagraph-report=json:r.json"
+    )
+    assert result.ret != 0
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_cudagraph_guard", "report", "r.json.partial"],
+        cwd=gpu_tester.path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    running = "running when the session ended: test_a_session_that_dies_after_replays"
+    assert running in done.stdout, done.stdout
+    last = next(line for line in done.stdout.splitlines() if "last CUDA-graph activity" in line)
+    assert "after replay" in last, last
+    assert "thread `MainThread`" in last, last
