@@ -80,7 +80,7 @@ class SessionJournal:
         """Whether the journal is being written (its activity journal beside it then too)."""
         return self._fd is not None
 
-    def pytest_sessionstart(self) -> None:
+    def pytest_sessionstart(self, session: pytest.Session) -> None:  # its config: for a fault
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
