@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
@@ -76,12 +77,64 @@ def _cached_results(work: ProcessWork) -> int:
 def cuda_asked_through_nvml() -> Iterator[None]:
     """Within: torch.cuda.is_available() asks NVML (``device_count()`` does already), so that a
     module whose import only asks whether CUDA exists can be imported in a process that must
-    not initialise CUDA; the same answer where the driver works. A value the user set stays."""
-    if NVML_CHECK_VARIABLE in os.environ:
-        yield
-        return
-    os.environ[NVML_CHECK_VARIABLE] = "1"
+    not initialise CUDA; the same answer where the driver works. A value the user set stays.
+
+    NVML itself leaves a thread of its own (``cuda0000...``) in the process that asks it (seen
+    on the GPU machine: torch 2.11 asks as ``torch.utils.cpp_extension`` is imported, which the
+    vector-ISA checks import), and a process with a second thread must not fork. So the device
+    count is asked once, in a throwaway fork, and torch's cache of it holds the answer while
+    within: torch asks nothing. Emptied after, where it still holds that answer: a test process
+    whose ``CUDA_VISIBLE_DEVICES`` differs asks again."""
+    filled = _fill_device_count()
+    set_here = NVML_CHECK_VARIABLE not in os.environ
+    if set_here:
+        os.environ[NVML_CHECK_VARIABLE] = "1"
     try:
         yield
     finally:
-        os.environ.pop(NVML_CHECK_VARIABLE, None)
+        if set_here:
+            os.environ.pop(NVML_CHECK_VARIABLE, None)
+        cuda: Any = sys.modules.get("torch.cuda")
+        if filled is not None and getattr(cuda, "_cached_device_count", None) == filled:
+            cuda._cached_device_count = None
+
+
+def _fill_device_count() -> int | None:
+    """torch's cached device count, filled from a throwaway fork's answer where torch is loaded,
+    built with CUDA, not initialised and has none cached; the count filled, or None."""
+    cuda: Any = sys.modules.get("torch.cuda")
+    try:
+        if cuda is None or not cuda._is_compiled() or cuda.is_initialized():
+            return None
+        if cuda._cached_device_count is not None:
+            return None
+    except AttributeError:  # another torch: it asks NVML itself, as before
+        return None
+    count = _device_count_in_a_fork()
+    if count is not None:
+        cuda._cached_device_count = count
+    return count
+
+
+def _device_count_in_a_fork() -> int | None:
+    """torch.cuda.device_count() through NVML, asked in a fork of this process (which has no
+    thread but its own: the caller's rule), so that NVML's thread is the fork's alone."""
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12's "fork with threads"
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the fork's own
+        try:
+            os.close(read)
+            os.environ[NVML_CHECK_VARIABLE] = "1"
+            os.write(write, str(sys.modules["torch.cuda"].device_count()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as stream:
+        answer = stream.read()
+    os.waitpid(pid, 0)
+    try:
+        return int(answer)
+    except ValueError:
+        return None
