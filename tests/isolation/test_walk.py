@@ -112,3 +112,21 @@ def test_what_reaches_an_unsound_module_through_a_cycle_or_a_caught_refusal_is_l
     for left in ("cyc.a", "cyc.b", "cyc.c", "pk", "pk.fast", "other"):
         assert left not in sys.modules, left
         assert left in walked.unsound, left
+
+
+def test_the_device_count_is_asked_in_a_fork_that_leaves_nothing_here() -> None:
+    """What NVML would leave behind (a thread of its own) stays in the fork that asks it: the
+    answer is torch's, this process's threads are as they were, and torch's cache of the count
+    holds the answer only within the walk."""
+    import torch
+
+    from pytest_cudagraph_guard._torch import process_work
+
+    threads = set(os.listdir("/proc/self/task"))
+    variable = os.environ.get(process_work.NVML_CHECK_VARIABLE)  # the user's, if set
+    assert process_work._device_count_in_a_fork() == torch.cuda.device_count()
+    assert set(os.listdir("/proc/self/task")) == threads
+    with process_work.cuda_asked_through_nvml():
+        assert os.environ[process_work.NVML_CHECK_VARIABLE] == (variable or "1")
+    assert torch.cuda._cached_device_count is None  # type: ignore[attr-defined]
+    assert os.environ.get(process_work.NVML_CHECK_VARIABLE) == variable
