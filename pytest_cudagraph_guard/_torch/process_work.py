@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
+import signal
 import sys
 import warnings
 from collections.abc import Iterator
@@ -19,6 +21,8 @@ from typing import Any, Final, NamedTuple
 # torch's switch for torch.cuda.is_available(): through NVML (the driver's management library,
 # which creates no CUDA context and leaves cuInit undone) instead of the CUDA runtime.
 NVML_CHECK_VARIABLE: Final = "PYTORCH_NVML_BASED_CUDA_CHECK"
+# How long the fork that asks NVML for the device count may take (15 ms on an H200).
+_ASKING_S: Final = 30.0
 
 
 class ProcessWork(NamedTuple):
@@ -132,7 +136,10 @@ def _device_count_in_a_fork() -> int | None:
             os._exit(0)
     os.close(write)
     with os.fdopen(read, "rb") as stream:
-        answer = stream.read()
+        answered = select.select([stream], [], [], _ASKING_S)[0]
+        answer = stream.read() if answered else b""
+    if not answered:  # NVML hung: the walk goes on without the count (torch asks itself)
+        os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     try:
         return int(answer)
