@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +34,14 @@ def before_the_summary(output: str) -> str:
     """A session's output up to its short test summary, which repeats each failure's message
     (whole where ``CI`` is set, as pytest does on CI)."""
     return output.split("short test summary info", 1)[0]
+
+
+def read_back(path: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest_cudagraph_guard report [PATH] ARGS``, run as a user runs it."""
+    given = [] if path is None else [str(path)]
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_cudagraph_guard", "report", *given, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )

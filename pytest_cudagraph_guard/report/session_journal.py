@@ -6,10 +6,10 @@ written; ``python -m pytest_cudagraph_guard report PATH`` (:mod:`..__main__`) pr
 report of one left behind.
 
 The journal is JSON lines, each appended with one ``write`` (nothing buffered, so a crash of the
-process loses no line): a head with the environment, then ``{"started": nodeid}`` as a test
-starts and ``{"record": {...}}`` as its record arrives. While a test runs in the session's own
-process, its ``runtest`` is called through a frame whose file name says which test it is and
-where the journal is: the fault handler's dump of a crash names them.
+process loses no line): ``{"started": nodeid}`` as a test starts and ``{"record": {...}}`` as its
+record arrives. While a test runs in the session's own process, its ``runtest`` is called
+through a frame whose file name says which test it is and where the journal is: the fault
+handler's dump of a crash names them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import contextlib
 import functools
 import json
 import os
-import platform
 import tempfile
 import types
 from collections.abc import Callable
@@ -30,7 +29,7 @@ import pytest
 
 from ..core.fault_guard import Part, register
 from ..core.journal import Action, read_journal
-from ..core.records import Environment, TestRecord, environment_record
+from ..core.records import TestRecord
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
 from .crash_journal import CrashJournal
@@ -39,13 +38,12 @@ PARTIAL_SUFFIX: Final = ".partial"
 ACTIVITY_SUFFIX: Final = ".activity"
 # The journal of a session whose report has no file (``term`` alone): its name, and the pid.
 TERM_ONLY_NAME: Final = "cudagraph-report"
-_LABEL_NAME: Final = "runtest"
 
 
-def journal_path(formats: list[ReportFormat], folder: Path) -> Path:
+def journal_path(formats: list[ReportFormat]) -> Path:
     """Where a session with these report formats keeps its journal: beside its first report
-    file (``cudagraph-report.json.partial``), else (``term`` alone: the user asked for no file
-    in ``folder``) ``cudagraph-report-PID.partial`` in the system's temporary folder."""
+    file (``cudagraph-report.json.partial``), else (``term`` alone: the user asked for no file)
+    ``cudagraph-report-PID.partial`` in the system's temporary folder."""
     first = next((fmt.path for fmt in formats if fmt.path is not None), None)
     if first is None:
         return Path(tempfile.gettempdir()) / f"{TERM_ONLY_NAME}-{os.getpid()}{PARTIAL_SUFFIX}"
@@ -65,11 +63,10 @@ class SessionJournal:
 
     parts = (Part("--cudagraph-report", "the report kept on disk while the session runs"),)
 
-    def __init__(self, path: Path, environment: Environment, *, label_tests: bool) -> None:
+    def __init__(self, path: Path, *, label_tests: bool) -> None:
         self.path = path
-        self.environment = environment
         self.label_tests = label_tests
-        self.kept = False
+        self.kept = False  # set where the report's files could not be written: it stays
         self.lost: str | None = None
         self._fd: int | None = None
         # Of each running test: what its runtest was (None: the class's) and the labelled one.
@@ -88,7 +85,6 @@ class SessionJournal:
             activity_path(self.path).unlink(missing_ok=True)  # a dead session's, before this one
         except OSError as error:
             self._lose(error)
-        self._append({"session": {"environment": self.environment}})
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self._append({"started": nodeid})
@@ -113,10 +109,6 @@ class SessionJournal:
 
     def add(self, record: TestRecord) -> None:
         self._append({"record": record})
-
-    def keep(self) -> None:
-        """The report's files could not be written: what the journal knows stays."""
-        self.kept = True
 
     def end(self) -> None:
         """The session ended: the journal goes, unless it is kept."""
@@ -155,7 +147,7 @@ def _call(function: Callable[[], None]) -> None:
 
 def _labelled(runtest: Callable[[], None], label: str) -> Callable[[], None]:
     """``runtest`` called through a frame of a function whose file name is ``label``."""
-    code = _call.__code__.replace(co_filename=label, co_name=_LABEL_NAME)
+    code = _call.__code__.replace(co_filename=label, co_name="runtest")
     return functools.partial(types.FunctionType(code, {}), runtest)
 
 
@@ -163,7 +155,6 @@ def _labelled(runtest: Callable[[], None], label: str) -> Callable[[], None]:
 class DeadSession:
     """What a journal left behind says (:func:`read_session_journal`)."""
 
-    environment: dict[str, Any] = field(default_factory=dict)
     records: list[TestRecord] = field(default_factory=list)
     running: list[str] = field(default_factory=list)  # started, no record
     last_activity: Action | None = None  # of the last test started, in the session's process
@@ -181,9 +172,7 @@ def read_session_journal(path: Path) -> DeadSession:
             continue
         if not isinstance(entry, dict):
             continue
-        if "session" in entry:
-            found.environment = entry["session"].get("environment", {})
-        elif "started" in entry:
+        if "started" in entry:
             started.append(str(entry["started"]))
         elif isinstance(entry.get("record"), dict):
             records[str(entry["record"].get("nodeid"))] = entry["record"]
@@ -198,10 +187,9 @@ def start_session_journal(session: PluginSession) -> SessionJournal:
     """What the report knows, kept on disk from the session's start to its end; the CUDA-graph
     activity of the tests that run in this process, beside it."""
     config, options = session.config, session.options
-    path = journal_path(list(options.report), config.invocation_params.dir)
+    path = journal_path(list(options.report))
     tests_here = not session.xdist_controller
-    environment = environment_record(python=platform.python_version(), options=options.as_record())
-    journal = SessionJournal(path, environment, label_tests=tests_here)
+    journal = SessionJournal(path, label_tests=tests_here)
     register(config.pluginmanager, journal)
     config.add_cleanup(journal.end)
     if tests_here:

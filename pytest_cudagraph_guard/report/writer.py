@@ -102,7 +102,7 @@ class ReportWriter:
                 line = f"cudagraph report: could not keep the report so far in {journal.path}"
                 self.file_lines.append((f"{line} ({journal.lost})", False))
         elif failed and not json_written:  # what the records were is nowhere else
-            journal.keep()
+            journal.kept = True
             self.file_lines.append((f"cudagraph report: what it knew is in {journal.path}", True))
 
     def _write_files(self, session: pytest.Session) -> tuple[bool, bool]:

@@ -229,9 +229,8 @@ class ThreadRun:
         except pytest.fail.Exception as failed:
             # Not is_alive(): Python 3.11 marks a thread stopped when a join of it is
             # interrupted. A thread with frames in the body is running.
-            body_caller = self._thread_main.__func__.__code__  # type: ignore[attr-defined]
             for thread in threads:
-                where = where_the_test_is(thread, body_caller)
+                where = where_the_test_is(thread, ThreadRun._thread_main.__code__)
                 if where is not None:
                     raise failed.with_traceback(where) from None
             raise

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from ..helpers import records_by_name
+from ..helpers import read_back, records_by_name
 from ..torch_fixes import LAZY_THREAD_STATE
 from .drafters import drafter_suite
 
@@ -280,13 +277,7 @@ def test_a_session_that_dies_after_replays_leaves_them_in_its_report(
         "-p", "no:cacheprovider", "--cudagraph-report=json:r.json"
     )
     assert result.ret != 0
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest_cudagraph_guard", "report", "r.json.partial"],
-        cwd=gpu_tester.path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = read_back(gpu_tester.path / "r.json.partial")
     assert done.returncode == 0, done.stderr
     running = "running when the session ended: test_a_session_that_dies_after_replays"
     assert running in done.stdout, done.stdout

@@ -4,11 +4,11 @@ dump names the running test. Real sessions, real crashes."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from ..helpers import read_back
 
 # Two tests end, then one dies in its thread right after a compile (its last activity).
 DIES_IN_A_THREAD = """
@@ -43,16 +43,6 @@ def test_passes():
 def test_killed():
     os.kill(os.getpid(), signal.SIGKILL)
 """
-
-
-def read_back(path: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
-    given = [] if path is None else [str(path)]
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_cudagraph_guard", "report", *given, *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 def test_a_native_crash_leaves_the_report_so_far(ourtester: pytest.Pytester) -> None:
