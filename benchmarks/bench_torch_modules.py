@@ -146,17 +146,18 @@ for _ in range({rounds}):
 
 
 def measure_modules(
-    folder: Path, serial: Path | None, pairs: int, *, warm_up: bool = True
+    folder: Path, serial: Path | None, pairs: int, *, warm_up: bool = True, n4_pairs: bool = True
 ) -> dict[str, object]:
     result: dict[str, object] = {}
     n4 = ["-n", "4", "-p", "no:cacheprovider"]
     if warm_up:
         print("warm-up (fills torch's on-disk caches):")
         pytest_run(folder, *n4)
-    print("-n 4: --cudagraph-subprocess against in-process:")
-    found = pairs_of(folder, [*n4, "--cudagraph-subprocess"], n4, pairs)
-    print(f"  ratio {found.ratio:.3f} (goal <= 2); outcomes differ: {sorted(found.differ)}")
-    result["n4"] = found.as_json()
+    if n4_pairs:
+        print("-n 4: --cudagraph-subprocess against in-process:")
+        found = pairs_of(folder, [*n4, "--cudagraph-subprocess"], n4, pairs)
+        print(f"  ratio {found.ratio:.3f} (goal <= 2); outcomes differ: {sorted(found.differ)}")
+        result["n4"] = found.as_json()
     if serial is not None:
         print(f"serial, {serial.name}:")
         found = pairs_of(folder, ["--cudagraph-subprocess", str(serial)], [str(serial)], pairs)
@@ -195,6 +196,9 @@ def main() -> None:
         help="no run ahead to fill torch's on-disk caches: the first, with --cudagraph-subprocess, "
         "pays for them",
     )
+    parser.add_argument(
+        "--serial-only", action="store_true", help="with --serial: no -n 4 pairs of the folder"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results: dict[str, object] = {}
@@ -202,7 +206,11 @@ def main() -> None:
         results["report"] = measure_report(args.report_suite, args.pairs)
     if args.modules is not None:
         results["modules"] = measure_modules(
-            args.modules.resolve(), args.serial, args.pairs, warm_up=not args.no_warm_up
+            args.modules.resolve(),
+            args.serial,
+            args.pairs,
+            warm_up=not args.no_warm_up,
+            n4_pairs=not args.serial_only,
         )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
