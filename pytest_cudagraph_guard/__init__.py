@@ -13,20 +13,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from ._torch.trees import ensure_cudagraph_tls
-    from .core.config_guard import ConfigGuard, ConfigKeyError
-    from .core.diagnosis import Diagnosis, diagnose
     from .core.settings import Setting, effective_settings
     from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
+    from .diagnosis import Diagnosis, diagnose
+    from .guard.config_guard import ConfigGuard, ConfigKeyError
 
 # Each public name and the module that defines it.
 _MODULE_OF: Final = {
     "ensure_cudagraph_tls": "_torch.trees",
-    "ConfigGuard": "core.config_guard",
-    "ConfigKeyError": "core.config_guard",
+    "ConfigGuard": "guard.config_guard",
+    "ConfigKeyError": "guard.config_guard",
     "CudagraphConfigLeakWarning": "core.warnings",
     "CudagraphGuardWarning": "core.warnings",
-    "Diagnosis": "core.diagnosis",
-    "diagnose": "core.diagnosis",
+    "Diagnosis": "diagnosis",
+    "diagnose": "diagnosis",
     "Setting": "core.settings",
     "effective_settings": "core.settings",
 }

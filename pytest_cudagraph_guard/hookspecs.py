@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .core.diagnosis import Diagnosis
     from .core.records import TestRecord
+    from .diagnosis import Diagnosis
 
 
 @pytest.hookspec(firstresult=True)

@@ -11,8 +11,8 @@ from collections.abc import Generator
 
 import pytest
 
-from .core.fault_guard import Part
 from .core.warnings import warn_torch_notices
+from .fault_guard import Part
 
 
 class NoticesPlugin:

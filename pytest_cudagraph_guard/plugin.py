@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import hookspecs
-from .core.fault_guard import Part, fail_unhonoured, register
 from .core.session import PluginNames, PluginSession, plugin_session, start_plugin_session
-from .fixtures import cudagraphs, dynamo_config, inductor_config
+from .fault_guard import Part, fail_unhonoured, register
+from .guard.fixtures import cudagraphs, dynamo_config, inductor_config
 
 if TYPE_CHECKING:
     from .isolation.plugin import IsolationPlugin
@@ -189,7 +189,7 @@ _NO_MARKS = (None, None, ())
 
 
 def _start_leak_guard(session: PluginSession) -> None:
-    from .leak_guard import LeakGuard
+    from .guard.plugin import LeakGuard
 
     guard = LeakGuard(session.options.guard)
     register(session.config.pluginmanager, guard, PluginNames.LEAK_GUARD)
@@ -202,7 +202,7 @@ def _start_report(session: PluginSession) -> None:
     """The records, where the tests run: what makes a test whose process dies a record (the
     journal where the test runs, and on xdist's controller, the reading of a dead worker's);
     and the report's formats, where the records end up."""
-    from .report.crash_journal import start_crash_journal
+    from .crash.activity_journal import start_crash_journal
     from .report.plugin import ReportPlugin
 
     config, options = session.config, session.options

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import pytest
 
 from ._torch import runtime
-from .core.fault_guard import Part
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
 from .core.options import applied_lines, plugin_options
 from .core.records import applied_by_key
+from .fault_guard import Part
 
 if TYPE_CHECKING:
     from .core.session import PluginSession

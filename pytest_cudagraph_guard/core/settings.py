@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 from .._torch import runtime, values
 from .._torch.events import cudagraph_switches
+from .._torch.torch_env import EnvironStamp, environ_stamp, user_torch_env
 from .records import SettingEntry, setting_entry
-from .torch_env import EnvironStamp, environ_stamp, user_torch_env
 
 if TYPE_CHECKING:
     from .._torch import config_access

@@ -22,10 +22,10 @@ import pytest
 from _pytest.terminal import TerminalReporter  # pytest 8.0 exports no pytest.TerminalReporter
 
 from .._torch import runtime
-from ..core.fault_guard import Part, guarded
 from ..core.records import TestRecord, journal_path_key
 from ..core.session import plugin_session, test_process_key
 from ..core.warnings import CudagraphGuardWarning
+from ..fault_guard import Part, guarded
 from . import distributions
 from .cuda import AHEAD
 from .ending import Ending

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core.fault_guard import Part, register
 from ..core.markers import checked_marks, plugin_marks, subprocess_marker_asked
 from ..core.session import PluginNames, PluginSession
+from ..fault_guard import Part, register
 
 if TYPE_CHECKING:
     from .runner import TestRunner

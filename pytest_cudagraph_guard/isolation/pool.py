@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from .._torch import env_sources
-from ..core.death import last_lines, wait_status
+from ..crash.death import last_lines, wait_status
 from .folders import SessionFolder, owner_only
 from .forking import kill_group
 from .preloads import no_modules

@@ -20,14 +20,14 @@ from typing import Any, Final, NamedTuple
 
 import pytest
 
-from ..core.death import ProcessEnd, log_process_death
-from ..core.journal import read_journal
+from .._torch.torch_env import user_torch_env
 from ..core.markers import SubprocessOptions, plugin_marks
 from ..core.records import setting_entry
 from ..core.session import PluginSession
 from ..core.settings import switched
-from ..core.torch_env import user_torch_env
 from ..core.warnings import CudagraphGuardWarning, notify
+from ..crash.death import ProcessEnd, log_process_death
+from ..crash.journal import read_journal
 from .pool import ProcessPool
 from .preloads import module_imports, session_modules
 from .protocol import (

@@ -9,8 +9,8 @@ from typing import Final, cast
 
 import pytest
 
-from ..core.fault_guard import Part
 from ..core.records import USER_PROPERTY, TestRecord
+from ..fault_guard import Part
 from .entries import cut, grouped, record_entries
 
 KIND_PROPERTY: Final = "cudagraph_kind"

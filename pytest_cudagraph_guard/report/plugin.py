@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 
 from .._torch import events, faults, runtime, thread_names
-from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser
-from ..core.fault_guard import Part
+from .._torch.torch_env import UserEnvReader
 from ..core.markers import plugin_marks
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
 from ..core.records import (
@@ -34,7 +33,8 @@ from ..core.records import (
     thread_run_key,
 )
 from ..core.settings import SettingsReader
-from ..core.torch_env import UserEnvReader
+from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser
+from ..fault_guard import Part
 from .activity import TestActivity, settings_as_acted
 
 if TYPE_CHECKING:

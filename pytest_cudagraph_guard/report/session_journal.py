@@ -27,12 +27,12 @@ from typing import Any, Final
 
 import pytest
 
-from ..core.fault_guard import Part, register
-from ..core.journal import Action, read_journal
 from ..core.records import TestRecord
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
-from .crash_journal import CrashJournal
+from ..crash.activity_journal import CrashJournal
+from ..crash.journal import Action, read_journal
+from ..fault_guard import Part, register
 
 PARTIAL_SUFFIX: Final = ".partial"
 ACTIVITY_SUFFIX: Final = ".activity"

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from .._torch import events
-from ..core.diagnosis import rerecord_hint, slow_path_hint
 from ..core.records import (
     CONFIG_DIVERGENCE,
     CROSS_THREAD_GRAPH,
@@ -18,6 +17,7 @@ from ..core.records import (
     error_entry,
 )
 from ..core.settings import default_entry, jsonable
+from ..diagnosis import rerecord_hint, slow_path_hint
 
 
 def cross_thread_entry(run: events.CrossThread) -> ErrorEntry:

@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import pytest
 
-from ..core.fault_guard import Part
 from ..core.records import USER_PROPERTY
+from ..fault_guard import Part
 
 # The serialized report's key that carries (the index of the record among the user properties,
 # the record as JSON).

@@ -13,7 +13,6 @@ from typing import Final, cast
 import pytest
 
 from .._torch import runtime
-from ..core.fault_guard import Part
 from ..core.options import applied_lines
 from ..core.records import (
     USER_PROPERTY,
@@ -24,6 +23,7 @@ from ..core.records import (
     environment_record,
 )
 from ..core.report_formats import ReportFormat
+from ..fault_guard import Part
 from .render import (
     brief_lines,
     full_lines,

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core.fault_guard import Part, register
 from ..core.markers import plugin_marks, thread_marker_asked
 from ..core.session import PluginNames, PluginSession
+from ..fault_guard import Part, register
 
 if TYPE_CHECKING:
     from .run import ThreadSession

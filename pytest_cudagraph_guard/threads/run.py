@@ -25,8 +25,6 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 import pytest
 
 from .._torch import faults, runtime
-from ..core import config_diff, config_state
-from ..core.diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
 from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks
 from ..core.records import (
     TIMEOUT,
@@ -38,6 +36,9 @@ from ..core.records import (
     thread_run_key,
 )
 from ..core.settings import SettingsReader, switched
+from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
+from ..guard.diff import restore as restore_config
+from ..guard.state import Snapshot
 from .failures import raise_failures, where_the_test_is
 from .placement import Placement, barrier
 
@@ -151,7 +152,7 @@ class ThreadRun:
         self.bodies_done: set[str] = set()
         self.placement = session.placement
         self.readied = False  # tls="init" applied to torch
-        self.before: config_state.Snapshot | None = None  # torch <= 2.11: config to restore
+        self.before: Snapshot | None = None  # torch <= 2.11: config to restore
         self.contexts: list[contextvars.Context] = []  # each thread's, as it left it
 
     def run(self) -> None:
@@ -176,7 +177,7 @@ class ThreadRun:
         try:
             # From torch 2.12 the threads' overrides live and die in their own contexts.
             if self.options.switches and cudagraph_settings.config_is_process_wide():
-                self.before = config_state.Snapshot.take()
+                self.before = Snapshot.take()
             if self.options.tls == "init":
                 from .._torch import trees
 
@@ -194,7 +195,7 @@ class ThreadRun:
 
             faults.run_ours(READINESS_LOSS, trees.stop_thread_readiness)
         if self.before is not None:
-            restore = functools.partial(config_diff.restore, include_env=False)
+            restore = functools.partial(restore_config, include_env=False)
             faults.run_ours(RESTORE_LOSS, restore, self.before)
 
     def _context_with_cudagraphs(self) -> contextvars.Context:

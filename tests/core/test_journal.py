@@ -8,8 +8,9 @@ import threading
 from pathlib import Path
 
 from pytest_cudagraph_guard._torch import events
-from pytest_cudagraph_guard.core.death import ProcessEnd, crash_error, crash_text, summary
-from pytest_cudagraph_guard.core.journal import (
+from pytest_cudagraph_guard.crash.activity_journal import journal_action
+from pytest_cudagraph_guard.crash.death import ProcessEnd, crash_error, crash_text, summary
+from pytest_cudagraph_guard.crash.journal import (
     NOTHING_READ,
     REPLAYED,
     Action,
@@ -17,7 +18,6 @@ from pytest_cudagraph_guard.core.journal import (
     JournalWriter,
     read_journal,
 )
-from pytest_cudagraph_guard.report.crash_journal import journal_action
 
 
 def _lines(path: Path) -> list[str]:

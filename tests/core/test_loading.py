@@ -24,8 +24,8 @@ FEATURES = (
     f"{PACKAGE}._torch.observe",
     f"{PACKAGE}._torch.config_access",
     f"{PACKAGE}._torch.patches",
-    f"{PACKAGE}.core.diagnosis",
-    f"{PACKAGE}.core.config_guard",
+    f"{PACKAGE}.diagnosis",
+    f"{PACKAGE}.guard.config_guard",
 )
 
 

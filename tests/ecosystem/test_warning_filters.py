@@ -93,7 +93,7 @@ def test_the_plugins_notices_reach_the_summary_and_fail_no_test(
 ) -> None:
     eco.makeini(STRICT_INI)
     eco.makepyfile(READS_CONFIG)
-    make_faults(eco, monkeypatch, "leak_guard.LeakGuard.pytest_runtest_teardown")
+    make_faults(eco, monkeypatch, "guard.plugin.LeakGuard.pytest_runtest_teardown")
     result = eco.runpytest()
     no_internal_error(result)
     assert counts(result) == {"passed": 2, "warnings": 1}

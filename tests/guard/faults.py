@@ -2,7 +2,7 @@
 hook implementation or fixture that ``$CUDAGRAPH_GUARD_TEST_FAULTS`` names raise before (or
 after) its own code, by a monkeypatch of its class that the session's end undoes. It does so in
 every process of the session (xdist's workers, the test processes), each reading the variable:
-the guard (``core.fault_guard``), which looks each hook up on its class at every call, must make
+the guard (``fault_guard``), which looks each hook up on its class at every call, must make
 each a warning."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pytest
 
 import pytest_cudagraph_guard
-from pytest_cudagraph_guard.core.fault_guard import Part, hooks_of
+from pytest_cudagraph_guard.fault_guard import Part, hooks_of
 
 FAULTS_VARIABLE = "CUDAGRAPH_GUARD_TEST_FAULTS"
 BEFORE = "before"

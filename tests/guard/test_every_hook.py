@@ -1,5 +1,5 @@
 """Every hook implementation and fixture of the plugin, found by introspection, is of a part of
-the plugin and runs its own code under that part's guard (``core.fault_guard``): made to fail
+the plugin and runs its own code under that part's guard (``fault_guard``): made to fail
 (``faults``: a conftest's monkeypatch of its class) before or after its ``yield``, no test's
 outcome changes, one ``CudagraphGuardWarning`` says so, and a test that asked for what the
 failed code does fails naming the plugin, never passing silently. Faults of different parts of
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_cudagraph_guard.core.fault_guard import hooks_of
+from pytest_cudagraph_guard.fault_guard import hooks_of
 
 from ..helpers import read_report
 from .faults import (
@@ -47,8 +47,8 @@ UNGUARDED = frozenset(
 )
 # Hooks that run only in pytest-xdist's workers or controller: a session of their own.
 XDIST_ONLY = (
-    "report.crash_journal.WorkerCrashes.",
-    "report.crash_journal.WorkerFaults.",
+    "crash.activity_journal.WorkerCrashes.",
+    "crash.activity_journal.WorkerFaults.",
     "report.wire.",
 )
 # pytest-timeout's hook: called only where it is installed (the oldest pytest's run has none).
@@ -120,9 +120,9 @@ def _part(hook: Hook) -> object:
     per loss), or that must run for the code to run at all: the fixtures count as one, since a
     test that asks for several stops at the first that fails; the crash journal is written for
     tests in processes of their own only."""
-    if hook.owner.startswith("fixtures."):
+    if hook.owner.startswith("guard.fixtures."):
         return "fixtures"
-    if hook.owner == "report.crash_journal.CrashJournal":
+    if hook.owner == "crash.activity_journal.CrashJournal":
         return "cudagraph_subprocess"
     return hook.part.loss
 
@@ -149,7 +149,7 @@ def _in_a_test_process(fault: Fault) -> bool:
 def _meets_a_marked_test_here(fault: Fault) -> bool:
     """Whether the fault's code runs in the session's own process for a marked test (its
     protocol, its reports, the session's hooks), beside what it does in the test's process."""
-    in_phases = fault.hook.owner.startswith("fixtures.") or fault.hook.name in PHASE_HOOKS
+    in_phases = fault.hook.owner.startswith("guard.fixtures.") or fault.hook.name in PHASE_HOOKS
     return not (in_phases or _in_a_test_process(fault))
 
 
@@ -185,7 +185,7 @@ def test_every_hook_and_fixture_is_of_a_part_of_the_plugin() -> None:
 
 def _unguarded_in(result: pytest.RunResult) -> list[str]:
     """The hooks of the inner session's plugin objects that it registered without their guard
-    (an object registers guarded ones on itself: ``core.fault_guard.guarded``)."""
+    (an object registers guarded ones on itself: ``fault_guard.guarded``)."""
     config = result.reprec.getcall("pytest_sessionfinish").session.config  # type: ignore[attr-defined]
     plugins = config.pluginmanager.get_plugins()
     parted = [plugin for plugin in plugins if "parts" in vars(type(plugin))]

@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 
-from pytest_cudagraph_guard.core import config_diff, config_state
-from pytest_cudagraph_guard.leak_guard import raised_by_us
+from pytest_cudagraph_guard.guard import diff, state
+from pytest_cudagraph_guard.guard.plugin import raised_by_us
 
 LEAK_THEN_CHECK = """
     import torch._inductor.config as ic
@@ -27,7 +27,7 @@ NO_ASYNCIO = ("-p", "no:asyncio") if importlib.util.find_spec("pytest_asyncio") 
 def test_a_bug_of_ours_is_an_internal_error_and_the_config_is_still_restored(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(config_state.QuickCheck, "unchanged", None)  # calling it raises, in ours
+    monkeypatch.setattr(state.QuickCheck, "unchanged", None)  # calling it raises, in ours
     ourtester.makepyfile(test_suite=LEAK_THEN_CHECK)
     # Where pytest-asyncio's shared fixtures are set up, the guard compares in full.
     result = ourtester.runpytest("--cudagraph-guard=fail", *NO_ASYNCIO)
@@ -37,7 +37,7 @@ def test_a_bug_of_ours_is_an_internal_error_and_the_config_is_still_restored(
             "*CudagraphGuardWarning: cudagraph_guard internal error in --cudagraph-guard *"
             "turned off for this session: leak checks. *",
             "*Traceback (most recent call last):*",
-            "*leak_guard.py*",
+            "*guard/plugin.py*",
             "*TypeError: 'NoneType' object is not callable",
         ]
     )
@@ -125,5 +125,5 @@ def test_what_torch_raises_is_not_a_bug_of_ours() -> None:
         torch_side()
     assert not raised_by_us(raised.value)
     with pytest.raises(AttributeError) as ours:
-        config_diff.restore(None)  # type: ignore[arg-type]
+        diff.restore(None)  # type: ignore[arg-type]
     assert raised_by_us(ours.value)

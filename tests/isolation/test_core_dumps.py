@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagraph_guard.core.death import CORE_DUMPED
+from pytest_cudagraph_guard.crash.death import CORE_DUMPED
 from pytest_cudagraph_guard.isolation.waits import CORE_DUMPING, exit_state, through_dying
 
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")

@@ -17,15 +17,15 @@ from pytest_cudagraph_guard import diagnose
 from pytest_cudagraph_guard._torch import observe, tree_events
 from pytest_cudagraph_guard._torch.events import RecordingStarted, Rerecorded, Skipped, TorchEvent
 from pytest_cudagraph_guard._torch.patches import Patches
-from pytest_cudagraph_guard.core.diagnosis import error_record
 from pytest_cudagraph_guard.core.records import (
     OVERWRITTEN_OUTPUT,
     POOL_LEAK,
     RERECORD,
     SLOW_PATH,
 )
+from pytest_cudagraph_guard.crash.activity_journal import journal_action
+from pytest_cudagraph_guard.diagnosis import error_record
 from pytest_cudagraph_guard.report import activity as report_activity
-from pytest_cudagraph_guard.report.crash_journal import journal_action
 
 STACK = 'File "/src/model.py", line 7, in step\n    return x.sin()\n'
 

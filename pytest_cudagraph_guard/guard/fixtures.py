@@ -10,18 +10,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .core.fault_guard import Part, fixture
+from ..fault_guard import Part, fixture
 
 if TYPE_CHECKING:
-    from .core.config_guard import ConfigGuard
+    from .config_guard import ConfigGuard
 
 
 def _guarded(module_name: str) -> Iterator[ConfigGuard]:
     """A guard over ``module_name``, restored after the test; skips the test where torch is not
     installed."""
-    from ._torch import config_access, runtime
-    from .core.config_guard import ConfigGuard
-    from .core.records import NO_TORCH, skip_test
+    from .._torch import config_access, runtime
+    from ..core.records import NO_TORCH, skip_test
+    from .config_guard import ConfigGuard
 
     try:
         guard = ConfigGuard(config_access.import_config(module_name))
@@ -51,14 +51,14 @@ class ConfigFixtures:
     @staticmethod
     def inductor_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
         """``torch._inductor.config``, restored after the test whatever its outcome."""
-        from ._torch import config_access
+        from .._torch import config_access
 
         yield from _guarded(config_access.INDUCTOR_CONFIG)
 
     @staticmethod
     def dynamo_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
         """``torch._dynamo.config``, restored after the test whatever its outcome."""
-        from ._torch import config_access
+        from .._torch import config_access
 
         yield from _guarded(config_access.DYNAMO_CONFIG)
 
@@ -67,8 +67,8 @@ class ConfigFixtures:
         inductor_config: ConfigGuard, request: pytest.FixtureRequest
     ) -> Iterator[ConfigGuard]:
         """CUDA graphs on (with trees) for the test; compiled state is reset afterwards."""
-        from ._torch import trees
-        from ._torch.events import cudagraph_switches
+        from .._torch import trees
+        from .._torch.events import cudagraph_switches
 
         inductor_config.update(cudagraph_switches())
         try:

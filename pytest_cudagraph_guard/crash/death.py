@@ -21,9 +21,8 @@ from typing import Final
 
 import pytest
 
-from .journal import NOTHING_READ, JournalReading
-from .markers import SUBPROCESS_MARKER
-from .records import (
+from ..core.markers import SUBPROCESS_MARKER
+from ..core.records import (
     PROCESS_CRASH,
     TIMEOUT,
     USER_PROPERTY,
@@ -35,6 +34,7 @@ from .records import (
     new_test_record,
     no_activity,
 )
+from .journal import NOTHING_READ, JournalReading
 from .stacks import Dump, parse_stacks, split_dump
 
 TAIL_LINES: Final = 30

@@ -40,7 +40,7 @@ def user_torch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     found = torch_env(environ)
     if not found:  # nothing to ask torch's side about
         return found
-    from .._torch import env_sources
+    from . import env_sources
 
     return {k: v for k, v in found.items() if not env_sources.is_torch_env_memo(k, None, v)}
 

@@ -8,11 +8,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._torch import runtime
-from .torch_env import environ_stamp, torch_env
+from .._torch.torch_env import environ_stamp, torch_env
 
 if TYPE_CHECKING:
     from .._torch import config_access, values
-    from .settings import StoredValues
+    from ..core.settings import StoredValues
 
 
 class Snapshot:
@@ -51,7 +51,7 @@ class QuickCheck:
         if self._torch_free:
             return
         from .._torch import config_access, counting
-        from .settings import StoredValues
+        from ..core.settings import StoredValues
 
         self._count = counting.change_count()
         self._modules = {

@@ -20,8 +20,10 @@ from typing import IO, Any, Final
 import pytest
 
 from .._torch import events, faults, runtime
-from ..core.fault_guard import Part, register
-from ..core.journal import (
+from .._torch.torch_env import UserEnvReader, user_torch_env
+from ..core.records import journal_path_key
+from ..fault_guard import Part, register
+from .journal import (
     COMPILED,
     COMPILING,
     RECORDED,
@@ -31,8 +33,6 @@ from ..core.journal import (
     JournalWriter,
     read_journal,
 )
-from ..core.records import journal_path_key
-from ..core.torch_env import UserEnvReader, user_torch_env
 
 # The events that change what the journal says a process is doing.
 _DOING: Final[dict[type, str]] = {
@@ -170,7 +170,7 @@ class WorkerCrashes:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A dead worker's files, to :func:`..core.death.worker_died`; a worker without files is
         left as xdist reported it."""
-        from ..core.death import ProcessEnd, worker_died  # on xdist's controller, after a crash
+        from .death import ProcessEnd, worker_died  # on xdist's controller, after a crash
 
         node: Any = getattr(report, "node", None)
         files = getattr(node, "workerinput", None) or {}
@@ -190,7 +190,7 @@ class WorkerCrashes:
 def _reaped(node: Any) -> int | None:
     """The dead worker's wait status, from execnet's process of a local worker; None where it is
     not one (a remote worker) or does not end."""
-    from ..core.death import wait_status
+    from .death import wait_status
 
     popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
     if not isinstance(popen, subprocess.Popen):

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pytest
 
-from ._torch import faults, runtime
-from .core.config_state import QuickCheck, Snapshot
-from .core.fault_guard import Part, note_failure
-from .core.records import leaks_key
-from .core.warnings import (
+from .._torch import faults, runtime
+from ..core.records import leaks_key
+from ..core.warnings import (
     CudagraphConfigLeakWarning,
     warn_torch_notices,
 )
+from ..fault_guard import Part, note_failure
+from .state import QuickCheck, Snapshot
 
 if TYPE_CHECKING:
-    from .core.config_diff import Change
+    from .diff import Change
 
 T = TypeVar("T")
 
@@ -76,7 +76,7 @@ class LeakGuard:
         """After a bug of ours: the state the guard last saw, put back as well as it can be."""
         if self._baseline is not None:
             with contextlib.suppress(Exception):
-                from .core.config_diff import restore
+                from .diff import restore
 
                 restore(self._baseline)
 
@@ -196,7 +196,7 @@ class LeakGuard:
     def close(self) -> None:
         if not self._counted:  # nothing counted: the counting was never loaded
             return
-        from ._torch import counting
+        from .._torch import counting
 
         for module in self._counted.values():
             counting.stop_counting(module)
@@ -208,7 +208,7 @@ class LeakGuard:
             return []
         if self._quick is not None and self._quick.unchanged():
             return []
-        from .core.config_diff import restore  # something changed: what, and put it back
+        from .diff import restore  # something changed: what, and put it back
 
         changes = restore(self._baseline)
         self._rebaseline()
@@ -217,7 +217,7 @@ class LeakGuard:
     def _absorb(self, before: Snapshot, after: Snapshot) -> None:
         if self._baseline is None:
             return
-        from .core.config_diff import absorb
+        from .diff import absorb
 
         absorb(self._baseline, before, after)
         self._count_loaded_modules()
@@ -231,7 +231,7 @@ class LeakGuard:
     def _count_loaded_modules(self) -> None:
         if not runtime.torch_loaded():  # no config module yet, and nothing of torch's to load
             return
-        from ._torch import config_access, counting
+        from .._torch import config_access, counting
 
         for cfg in config_access.loaded_guarded_configs():
             if id(cfg.module) not in self._counted:
@@ -257,7 +257,7 @@ def _warn_at(item: pytest.Item, message: str) -> None:
 def raised_by_us(error: BaseException) -> bool:
     """Whether ``error`` was raised by the plugin's own code rather than while reading torch:
     the frame that raised it is in this package, outside the torch boundary (``_torch``)."""
-    from .core.diagnosis import innermost
+    from ..diagnosis import innermost
 
     tb = innermost(error)
     if tb is None:

@@ -8,11 +8,11 @@ import os
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from .._torch import values
-from .config_state import Snapshot
+from .state import Snapshot
 
 if TYPE_CHECKING:
     from .._torch import config_access
-    from .records import LeakEntry
+    from ..core.records import LeakEntry
 
 ENV_UNSET: Final = "<unset>"
 
@@ -42,7 +42,7 @@ class Change(NamedTuple):
         return f"{self.written_as} (alias of {self.key})"
 
     def as_leak(self) -> LeakEntry:
-        from .records import LeakEntry
+        from ..core.records import LeakEntry
 
         return LeakEntry(
             key=self.written_as or self.qualified_key,
@@ -55,7 +55,7 @@ class Change(NamedTuple):
 def _shown_value(value: Any) -> Any:
     if value is values.HIDDEN or value is values.UNSET or value == ENV_UNSET:
         return _show(value)
-    from .settings import jsonable
+    from ..core.settings import jsonable
 
     return jsonable(value)
 

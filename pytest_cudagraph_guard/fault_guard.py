@@ -28,7 +28,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import pytest
 
-from .._torch import faults
+from ._torch import faults
 
 # Whether a test asked for what a part does: how it asked (a marker, an option), else None.
 Honours = Callable[[pytest.Item], "str | None"]
@@ -218,7 +218,7 @@ def _close(inner: Generator[Any, Any, Any], site: _Site, values: tuple[Any, ...]
 
 
 def _is_ours(error: BaseException) -> bool:
-    from .markers import MarkerError
+    from .core.markers import MarkerError
 
     return isinstance(error, Exception) and not isinstance(error, (*NOT_OURS, MarkerError))
 
@@ -276,12 +276,12 @@ def note_failure(
     """A failure of our code: a notice of the torch boundary's, once for the session (that part
     stops, unless tests ask for it by name), warned at once (as configuration's, with
     ``config``), and a ``plugin-error`` entry on the record of the test it met."""
-    from .warnings import warn_torch_notices
+    from .core.warnings import warn_torch_notices
 
     faults.note_internal_error(loss, error, stops=stops)
     if item is not None:
+        from .core.records import PLUGIN_ERROR, error_entry, plugin_errors_key
         from .diagnosis import short_traceback, type_name
-        from .records import PLUGIN_ERROR, error_entry, plugin_errors_key
 
         entry = error_entry(
             threading.current_thread().name,

@@ -16,8 +16,8 @@ from typing import Final
 
 import pytest
 
-from .._torch import faults, runtime
-from .records import (
+from ._torch import faults, runtime
+from .core.records import (
     CAPTURE_CONFLICT,
     OVERWRITTEN_OUTPUT,
     POOL_LEAK,
@@ -172,7 +172,7 @@ def tls_missing_hint() -> str:
 
 
 def capture_conflict_hint() -> str:
-    from .._torch import trees
+    from ._torch import trees
 
     if runtime.release_tuple() >= FIXED_IN:
         return (
@@ -207,7 +207,7 @@ def tls_corrupt_hint() -> str:
 
 
 def thread_error_hint(exc: BaseException, thread_name: str) -> str:
-    from .._torch import trees
+    from ._torch import trees
 
     if NESTED_FX_TRACE in str(exc) and trees.fx_tracing_is_per_thread():
         return (
@@ -230,7 +230,7 @@ def thread_error_hint(exc: BaseException, thread_name: str) -> str:
 
 
 def _has_inductor_key(key: str) -> bool:
-    from .._torch import config_access
+    from ._torch import config_access
 
     config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
     return config is not None and config.has_key(key)
