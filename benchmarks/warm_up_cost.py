@@ -25,8 +25,8 @@ import torch
 from bench_gpu import run_the_bench_test
 from cuda_process_cost import cuda_available
 
-from pytest_cudagraph_guard._torch.kernel_warm_up import forget_warm_up, kernel_warm_up_steps
 from pytest_cudagraph_guard.isolation.cuda import CudaAhead
+from pytest_cudagraph_guard.isolation.kernel_warm_up import forget_warm_up, kernel_warm_up_steps
 
 
 def other_ops() -> None:

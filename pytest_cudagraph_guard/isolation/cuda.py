@@ -55,7 +55,7 @@ def _free_bytes(torch: Any) -> int:
 class CudaAhead:
     """What a spare does with CUDA before its test, and what that left for it: the free GPU
     memory it found as it set CUDA up (read off its test's critical path), the steps of the
-    kernels' warm-up (:mod:`.._torch.kernel_warm_up`) it ran, in order, and what cuBLAS read
+    kernels' warm-up (:mod:`.kernel_warm_up`) it ran, in order, and what cuBLAS read
     once as the warm-up started it (a test that changes it gets it too late)."""
 
     def __init__(self) -> None:
@@ -76,7 +76,7 @@ class CudaAhead:
         try:
             import torch
 
-            from .._torch import kernel_warm_up
+            from . import kernel_warm_up
 
             if not torch.cuda.is_available():
                 return
@@ -101,7 +101,7 @@ class CudaAhead:
         try:
             while waiting() and (step := next(self._steps, None)) is not None:
                 started = True
-                from .._torch import kernel_warm_up  # a step to run: most processes have none
+                from . import kernel_warm_up  # a step to run: most processes have none
 
                 if kernel_warm_up.starts_cublas(step[0]) and self.cublas_read is None:
                     self.cublas_read = _cublas_variables()
@@ -142,6 +142,6 @@ def _warm_up_failed(exc: Exception) -> None:
 
 
 def _cublas_variables() -> dict[str, str | None]:
-    from .._torch import kernel_warm_up
+    from . import kernel_warm_up
 
     return {name: os.environ.get(name) for name in kernel_warm_up.READ_ONCE_BY_CUBLAS}
