@@ -118,9 +118,11 @@ class SettingsReader:
 
         extra_keys = list(extra_keys)
         config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
-        fresh_defaults = config is None
-        if config is None:
-            stored = self._defaults_stored(extra_keys)
+        # Taken before inductor is imported: its import sets variables of its own
+        # (TORCHINDUCTOR_CACHE_DIR), and the next session looks the defaults up without it.
+        defaults_key = _defaults_key(extra_keys) if config is None else None
+        if defaults_key is not None:
+            stored = self._defaults_stored(defaults_key)
             if stored is not None:
                 return dict(stored)
             config = config_access.import_config(config_access.INDUCTOR_CONFIG)
@@ -132,26 +134,27 @@ class SettingsReader:
             self._record = {k: setting_entry(jsonable(s.value), s.source) for k, s in found}
             self._made_from = StoredValues([config.raw_reader(key) for key in keys])
             self._stamp = environ_stamp()
-        if fresh_defaults and self._store is not None:
+        if defaults_key is not None and self._store is not None:
             with warnings.catch_warnings():  # pytest's own, where its cache cannot be written
                 warnings.simplefilter("ignore")
                 # As [key, value, source] rows: pytest's cache sorts a mapping's keys.
                 rows = [[k, e["value"], e["source"]] for k, e in self._record.items()]
-                self._store.set(_defaults_key(extra_keys), rows)
+                self._store.set(defaults_key, rows)
         return dict(self._record)
 
     def _unchanged(self) -> bool:
         made_from = self._made_from
         return made_from is not None and environ_stamp() == self._stamp and made_from.unchanged()
 
-    def _defaults_stored(self, extra_keys: list[str]) -> dict[str, SettingEntry] | None:
-        """Inductor's defaults under torch's variables now, as the store keeps them: looked up
-        again only when those variables changed (a read per test phase costs a stamp)."""
+    def _defaults_stored(self, key: str) -> dict[str, SettingEntry] | None:
+        """Inductor's defaults under torch's variables now, as the store keeps them under
+        ``key``: looked up again only when those variables changed (a read per test phase costs
+        a stamp)."""
         if self._store is None or "torch" not in sys.modules:
             return None
         stamp = environ_stamp()
         if self._stored is None or self._stored[0] != stamp:
-            stored = self._store.get(_defaults_key(extra_keys), None)
+            stored = self._store.get(key, None)
             rows = stored if isinstance(stored, list) else []
             found = {
                 str(row[0]): setting_entry(row[1], str(row[2]))
