@@ -75,7 +75,7 @@ def walk_imports(
             walked.unsound |= trial.needs
             if trial.unsound is not None:
                 walked.unsound[trial.unsound[0]] = trial.unsound[1]
-            _load_refusing(_loadable(trial.done), load, walked.unsound)
+            walked.failed |= _load_refusing(_loadable(trial.done), load, walked.unsound)
             if trial.unsound is None:
                 pending = []
                 break
@@ -85,21 +85,37 @@ def walk_imports(
     return walked
 
 
-def _load_refusing(names: list[str], load: Callable[[str], None], refused: dict[str, str]) -> None:
+def _load_refusing(
+    names: list[str], load: Callable[[str], None], refused: dict[str, str]
+) -> dict[str, str]:
     """Loads ``names`` here with the unsound modules refused, as in the trials: a module the
     trial completed can still reach one through an import cycle, or through a module that caught
-    its refusal there; such a module is left (its import fails here, so nothing of it stays)."""
+    its refusal there; such a module is left (its import fails here, so nothing of it stays).
+    Returns the modules whose import failed here otherwise, with the error: left too."""
     guard = _Refusing(refused)
     sys.meta_path.insert(0, guard)
     try:
-        for name in names:
-            if name not in sys.modules:
-                try:
-                    load(name)
-                except _Refused as refusal:
-                    refused[name] = _needs(refusal.module)
+        failed = _load_each(names, load, refused)
+        # A module completes in the trial before the one whose start made it importable (a
+        # package that puts its vendored folder on sys.path, then imports from it): once more.
+        return _load_each(list(failed), load, refused)
     finally:
         sys.meta_path.remove(guard)
+
+
+def _load_each(
+    names: list[str], load: Callable[[str], None], refused: dict[str, str]
+) -> dict[str, str]:
+    failed: dict[str, str] = {}
+    for name in names:
+        if name not in sys.modules:
+            try:
+                load(name)
+            except _Refused as refusal:
+                refused[name] = _needs(refusal.module)
+            except Exception as exc:
+                failed[name] = repr(exc)
+    return failed
 
 
 def walk_work(names: Sequence[str]) -> Walked:

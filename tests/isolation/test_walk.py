@@ -102,6 +102,42 @@ def tricky(tmp_path: Path) -> Iterator[None]:
             del sys.modules[name]
 
 
+VENDORING = {
+    "vendoring/__init__.py": (
+        "import os, sys\n"
+        "sys.path.insert(0, os.path.join(os.path.dirname(__file__), '_vendor'))\n"
+        "import vendored\n"
+    ),
+    "vendoring/_vendor/vendored.py": "VALUE = 1\n",
+}
+
+
+@pytest.fixture
+def vendoring(tmp_path: Path) -> Iterator[None]:
+    for name, text in VENDORING.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    path = list(sys.path)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield
+    finally:
+        sys.path[:] = path
+        for name in ("vendoring", "vendored"):
+            sys.modules.pop(name, None)
+
+
+@pytest.mark.usefixtures("vendoring")
+def test_a_module_the_trial_completed_before_what_made_it_importable_is_loaded_after_it() -> None:
+    # The trial completes ``vendored`` before ``vendoring``, whose start put its folder on
+    # sys.path (as setuptools does for its vendored packages): loaded in that order here, the
+    # first import fails.
+    walked = walk_imports(["vendoring", "vendored"], import_quietly)
+    assert "vendored" in sys.modules and "vendoring" in sys.modules
+    assert walked.failed == {}
+    assert walked.unsound == {}
+
+
 @pytest.mark.usefixtures("tricky")
 def test_what_reaches_an_unsound_module_through_a_cycle_or_a_caught_refusal_is_left() -> None:
     threads = _threads()
