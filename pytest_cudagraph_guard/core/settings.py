@@ -120,8 +120,9 @@ class SettingsReader:
         config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
         # Taken before inductor is imported: its import sets variables of its own
         # (TORCHINDUCTOR_CACHE_DIR), and the next session looks the defaults up without it.
-        defaults_key = _defaults_key(extra_keys) if config is None else None
-        if defaults_key is not None:
+        defaults_key = None
+        if config is None:
+            defaults_key = _defaults_key(extra_keys)
             stored = self._defaults_stored(defaults_key)
             if stored is not None:
                 return dict(stored)

@@ -133,7 +133,8 @@ def test_a_module_the_trial_completed_before_what_made_it_importable_is_loaded_a
     # sys.path (as setuptools does for its vendored packages): loaded in that order here, the
     # first import fails.
     walked = walk_imports(["vendoring", "vendored"], import_quietly)
-    assert "vendored" in sys.modules and "vendoring" in sys.modules
+    assert "vendored" in sys.modules
+    assert "vendoring" in sys.modules
     assert walked.failed == {}
     assert walked.unsound == {}
 
