@@ -68,7 +68,6 @@ _CONFIGURATION_HOOKS: Final = frozenset({"pytest_cmdline_main", "pytest_configur
 _OUTSIDE_PHASES: Final = frozenset({"pytest_runtest_protocol"})
 # The arguments whose ``config`` a failure's config is, where the hook is given none itself.
 _WITH_CONFIG: Final = (
-    "self",
     "item",
     "pyfuncitem",
     "request",
@@ -77,6 +76,7 @@ _WITH_CONFIG: Final = (
     "metafunc",
     "terminalreporter",
     "node",
+    "self",  # the plugin object: those that keep their session's config
 )
 _SITE_ATTRIBUTE: Final = "_cudagraph_guard_site"
 
