@@ -35,11 +35,9 @@ def _guarded(module_name: str) -> Iterator[ConfigGuard]:
 
 
 def _fixture_part(name: str, loses: str) -> Part:
-    """A fixture's part: a test that asks for the fixture asks for it."""
+    """A fixture's part: a test that asks for the fixture asks for it (the fixture's
+    ``request`` tells the guard which test's record a failure goes to)."""
     return Part(Loss(name, loses), honours=lambda item: f"the {name} fixture")
-
-
-# ``request`` tells the guard which test's record a failure goes to.
 
 
 @pytest.fixture
