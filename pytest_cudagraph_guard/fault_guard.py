@@ -1,18 +1,21 @@
-"""One guard over the plugin's own code, put on each part of the plugin where ``plugin.py`` or a
-feature registers it.
+"""One guard over the plugin's own code: each hook implementation and fixture says where it is
+defined which part of the plugin it is (``@guards(PART)``, directly above its ``def``), and runs
+under that part's guard.
 
-A part is what turns off on its own (``Part``); a plugin object's class names the parts it holds
-(``parts``). ``register`` puts each hook implementation of a plugin object under its part's
-guard as it registers the object (``guarded``: for an object given to ``pytest.main``), and
-``fixture`` makes a guarded fixture of a part's code. The guard looks the code up on its class
-at each call, so a test's monkeypatch of the class reaches a registered part: the tests make
-each hook fail so.
+A part is what turns off on its own (``Part``: its :class:`faults.Loss`, which tests ask for it,
+whether it is essential). The guard calls the code its :class:`Site` holds, read at each call, so
+a test's monkeypatch of a site's ``code`` reaches a registered hook or fixture: the tests make
+each fail so (``site_of`` finds the site of a guarded hook, of its bound method, or of the fixture
+made of it).
 
 What our code raises (a bug of ours, or a torch internal that moved) never becomes a test's
 outcome: the guard notes it (:func:`note_failure`, one ``CudagraphGuardWarning`` per session and
 part) and the hook goes on as if the plugin were not there. Where the test asked the plugin for
 the part (a marker's threads or process, a fixture), the test fails instead, saying that the
-plugin failed (:func:`_unhonoured`): it never passes silently.
+plugin failed (:func:`_unhonoured`): it never passes silently. The test and the config a failure
+is about are the hook's named arguments (pluggy passes them in the order of the code's
+parameters): its ``item`` (``pyfuncitem``, a fixture ``request``'s node), its ``config`` or
+that of its ``session``, ``collector``, ... or, where it has none, its plugin object's.
 
 Deliberate outcomes pass through: pytest's outcomes (``pytest.fail``, ``skip``, ...), usage
 errors (``pytest.UsageError``, ``MarkerError``) and warnings raised as errors (``-W error``).
@@ -32,7 +35,8 @@ from ._torch import faults
 
 # Whether a test asked for what a part does: how it asked (a marker, an option), else None.
 Honours = Callable[[pytest.Item], "str | None"]
-P = TypeVar("P")
+F = TypeVar("F", bound=Callable[..., Any])
+Given = dict[str, Any]  # a call's arguments, by the names of the code's parameters
 
 PLUGIN_ERROR_HINT: Final = (
     "a failure of cudagraph_guard's own code, not of the test: that part of the plugin is off "
@@ -41,20 +45,13 @@ PLUGIN_ERROR_HINT: Final = (
 
 
 class Part(NamedTuple):
-    """A part of the plugin that turns off on its own (its :class:`faults.Loss`); which tests ask
-    for it (they fail, naming the plugin, where it fails; for them it is tried again for each
-    test); whether nothing it serves can go on without it; and, where an object holds several
-    parts, the hooks (or fixtures) that are this one's (the part that names none has the others)."""
+    """A part of the plugin that turns off on its own (its loss); which tests ask for it (they
+    fail, naming the plugin, where it fails; for them it is tried again for each test); and
+    whether nothing it serves can go on without it."""
 
-    feature: str
-    loses: str
+    loss: faults.Loss
     honours: Honours | None = None
     essential: bool = False
-    hooks: tuple[str, ...] = ()
-
-    @property
-    def loss(self) -> faults.Loss:
-        return faults.Loss(self.feature, self.loses)
 
 
 class PluginFailure(Exception):
@@ -69,117 +66,110 @@ NOT_OURS: Final = (pytest.UsageError, Warning, PluginFailure)
 _CONFIGURATION_HOOKS: Final = frozenset({"pytest_cmdline_main", "pytest_configure"})
 # Wrappers of a whole test's protocol: what they fail is reported at the test's setup.
 _OUTSIDE_PHASES: Final = frozenset({"pytest_runtest_protocol"})
+# The arguments whose ``config`` a failure's config is, where the hook is given none itself.
+_WITH_CONFIG: Final = (
+    "item",
+    "pyfuncitem",
+    "request",
+    "session",
+    "collector",
+    "metafunc",
+    "terminalreporter",
+    "node",
+    "self",  # the plugin object: those that keep their session's config
+)
+_SITE_ATTRIBUTE: Final = "_cudagraph_guard_site"
 
 
-def register(
-    pluginmanager: pytest.PytestPluginManager, plugin: Any, name: str | None = None
-) -> None:
-    """Registers ``plugin`` with each of its hook implementations under its part's guard."""
-    pluginmanager.register(guarded(plugin), name)
+class Site:
+    """One guarded hook or fixture: its part and name, the code the guard calls (read at each
+    call), its parameters' names, and whether a failure stops it."""
 
+    __slots__ = ("code", "name", "parameters", "part", "stops")
 
-def guarded(plugin: P) -> P:
-    """``plugin``, each of its hook implementations replaced (on the object) by its guard."""
-    for name, part in hooks_of(plugin).items():
-        setattr(plugin, name, _guard(part, type(plugin), name, plugin))
-    return plugin
-
-
-def fixture(owner: type, name: str) -> Any:
-    """The fixture ``name`` whose code is ``owner``'s static method of that name, under the
-    guard of its part."""
-    return pytest.fixture(_guard(hooks_of(owner)[name], owner, name, None), name=name)
-
-
-def hooks_of(owner: Any) -> dict[str, Part]:
-    """Each hook implementation (``pytest_*``) or fixture's code of ``owner`` (a plugin object,
-    or a class of fixtures' code) and its part, of those its class names (``parts``)."""
-    parts: tuple[Part, ...] = owner.parts
-    found = {name: part for part in parts for name in part.hooks}
-    rest = [part for part in parts if not part.hooks]
-    for name in dir(owner):
-        if name.startswith("pytest_") and name not in found:
-            if not rest:
-                raise TypeError(f"{owner}'s {name} is of none of its parts")
-            found[name] = rest[0]
-    return found
-
-
-class _Site:
-    """One guarded hook or fixture: its part, name and loss, whether a failure stops it, and the
-    object its code is bound to."""
-
-    __slots__ = ("bound", "loss", "name", "part", "stops")
-
-    def __init__(self, part: Part, name: str, plugin: object) -> None:
-        self.part, self.name, self.loss = part, name, part.loss
+    def __init__(self, part: Part, code: Callable[..., Any]) -> None:
+        self.part, self.code, self.name = part, code, code.__name__
+        self.parameters = tuple(inspect.signature(code).parameters)
         self.stops = part.honours is None
-        self.bound = () if plugin is None else (plugin,)
+
+    def given(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Given:
+        return {**dict(zip(self.parameters, args, strict=False)), **kwargs}
 
 
-def _guard(part: Part, owner: object, name: str, plugin: object) -> Callable[..., Any]:
-    """The guard of ``owner``'s code ``name`` (bound to ``plugin``, where one is given): plain
-    functions, and generators (``wrapper=True`` hooks, yield fixtures), whose code before and
-    after the ``yield`` is guarded while what the ``yield`` brings (the inner hooks, the test) is
-    left untouched."""
-    code = getattr(owner, name)
-    site = _Site(part, name, plugin)
-    if inspect.isgeneratorfunction(code):
+def guards(part: Part) -> Callable[[F], F]:
+    """Puts the code it decorates (a hook implementation, a plugin object's method or a
+    fixture's function) under ``part``'s guard: plain functions, and generators (``wrapper=True``
+    hooks, yield fixtures), whose code before and after the ``yield`` is guarded while what the
+    ``yield`` brings (the inner hooks, the test) is left untouched. What pytest reads of the code
+    (its name, signature, hookimpl options) the guard carries."""
 
-        def guard(*args: Any, **kwargs: Any) -> Any:
-            return (yield from _run_generator(site, getattr(owner, name), args, kwargs))
+    def decorate(code: F) -> F:
+        site = Site(part, code)
+        if inspect.isgeneratorfunction(code):
 
-    else:
+            def guard(*args: Any, **kwargs: Any) -> Any:
+                return (yield from _run_generator(site, args, kwargs))
 
-        def guard(*args: Any, **kwargs: Any) -> Any:
-            return _run(site, getattr(owner, name), args, kwargs)
+        else:
 
-    # What pytest reads of the code: its name, signature and hookimpl options.
-    return functools.update_wrapper(guard, code if plugin is None else getattr(plugin, name))
+            def guard(*args: Any, **kwargs: Any) -> Any:
+                return _run(site, args, kwargs)
+
+        functools.update_wrapper(guard, code)
+        vars(guard)[_SITE_ATTRIBUTE] = site
+        return guard  # type: ignore[return-value]
+
+    return decorate
 
 
-def _run(site: _Site, code: Callable[..., Any], args: tuple[Any, ...], kwargs: Any) -> Any:
-    if site.stops and faults.is_stopped(site.loss):
+def site_of(guarded: object) -> Site | None:
+    """The site of a guarded hook (or its bound method, or the fixture made of it)."""
+    site = getattr(guarded, _SITE_ATTRIBUTE, None)
+    return site if isinstance(site, Site) else None
+
+
+def _run(site: Site, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if site.stops and faults.is_stopped(site.part.loss):
         return _stopped(site.part)
     try:
-        return code(*site.bound, *args, **kwargs)
+        return site.code(*args, **kwargs)
     except Exception as error:
         if not _is_ours(error):
             raise
-        _failed(site, (*site.bound, *args, *kwargs.values()), error, raise_now=False)
+        _failed(site, site.given(args, kwargs), error, raise_now=False)
         return None
 
 
 def _run_generator(
-    site: _Site, code: Callable[..., Any], args: tuple[Any, ...], kwargs: Any
+    site: Site, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Generator[Any, Any, Any]:
-    values = (*site.bound, *args, *kwargs.values())  # where the test and the config are found
-    if site.stops and faults.is_stopped(site.loss):
+    given = site.given(args, kwargs)  # where the test and the config are found
+    if site.stops and faults.is_stopped(site.part.loss):
         _stopped(site.part)
         return (yield)
     try:
-        inner = code(*site.bound, *args, **kwargs)
-        given = next(inner)
+        inner = site.code(*args, **kwargs)
+        sent_first = next(inner)
     except Exception as error:
         if not _is_ours(error):
             raise
         # Outside a test's phases a failure is no test's: the test fails at its setup.
-        _failed(site, values, error, raise_now=site.name not in _OUTSIDE_PHASES)
+        _failed(site, given, error, raise_now=site.name not in _OUTSIDE_PHASES)
         return (yield)
     try:
-        sent = yield given
+        sent = yield sent_first
     except GeneratorExit:
-        _close(inner, site, values)
+        _close(inner, site, given)
         raise
     except BaseException as thrown:
-        return _after_yield(inner, site, values, None, thrown)
-    return _after_yield(inner, site, values, sent, None)
+        return _after_yield(inner, site, given, None, thrown)
+    return _after_yield(inner, site, given, sent, None)
 
 
 def _after_yield(
     inner: Generator[Any, Any, Any],
-    site: _Site,
-    values: tuple[Any, ...],
+    site: Site,
+    given: Given,
     sent: Any,
     thrown: BaseException | None,
 ) -> Any:
@@ -190,7 +180,7 @@ def _after_yield(
     except BaseException as raised:
         if raised is thrown or not _is_ours(raised):
             raise  # a deliberate outcome: pytest.fail of --cudagraph-guard=fail, say
-        _failed(site, values, raised, raise_now=False)
+        _failed(site, given, raised, raise_now=False)
     if thrown is not None:
         raise thrown
     return sent
@@ -208,13 +198,13 @@ def _resume(inner: Generator[Any, Any, Any], sent: Any, thrown: BaseException | 
     raise RuntimeError("a guarded generator yielded more than once")
 
 
-def _close(inner: Generator[Any, Any, Any], site: _Site, values: tuple[Any, ...]) -> None:
+def _close(inner: Generator[Any, Any, Any], site: Site, given: Given) -> None:
     try:
         inner.close()
     except Exception as error:
         if not _is_ours(error):
             raise
-        _failed(site, values, error, raise_now=False)
+        _failed(site, given, error, raise_now=False)
 
 
 def _is_ours(error: BaseException) -> bool:
@@ -223,33 +213,32 @@ def _is_ours(error: BaseException) -> bool:
     return isinstance(error, Exception) and not isinstance(error, (*NOT_OURS, MarkerError))
 
 
-def _item_of(values: tuple[Any, ...]) -> pytest.Item | None:
+def _item_of(given: Given) -> pytest.Item | None:
     """The test of a failed call: its ``item`` (``pyfuncitem``), or its fixture request's."""
-    for value in values:
-        node = value.node if isinstance(value, pytest.FixtureRequest) else value
-        if isinstance(node, pytest.Item):
-            return node
-    return None
+    item = given.get("item", given.get("pyfuncitem"))
+    node = item if item is not None else getattr(given.get("request"), "node", None)
+    return node if isinstance(node, pytest.Item) else None
 
 
-def _config_of(values: tuple[Any, ...]) -> pytest.Config | None:
-    for given in values:
-        # pytest_collection_modifyitems's items: the first one's
-        value = given[0] if isinstance(given, list) and given else given
-        if isinstance(value, pytest.Config):
-            return value
-        config = getattr(value, "config", None)
+def _config_of(given: Given) -> pytest.Config | None:
+    config = given.get("config")
+    if isinstance(config, pytest.Config):
+        return config
+    items = given.get("items")  # pytest_collection_modifyitems's: the first one's
+    holders = [given.get(name) for name in _WITH_CONFIG] + (items[:1] if items else [])
+    for holder in holders:
+        config = getattr(holder, "config", None)
         if isinstance(config, pytest.Config):
             return config
     return None
 
 
-def _failed(site: _Site, values: tuple[Any, ...], error: BaseException, *, raise_now: bool) -> None:
+def _failed(site: Site, given: Given, error: BaseException, *, raise_now: bool) -> None:
     """Our code failed: noted, and, where the test asked for that part, the test fails saying
     so; an ``essential`` part stops what it serves."""
-    item, config = _item_of(values), _config_of(values)
+    item, config = _item_of(given), _config_of(given)
     configuring = site.name in _CONFIGURATION_HOOKS
-    note_failure(site.loss, error, item, config, configuring=configuring, stops=site.stops)
+    note_failure(site.part.loss, error, item, config, configuring=configuring, stops=site.stops)
     _unhonoured(site.part, item, config, error, raise_now=raise_now)
     if site.part.essential:
         raise PluginFailure(f"cudagraph_guard: {_why(site.part, error)}") from error
@@ -342,7 +331,7 @@ def fail_unhonoured(item: pytest.Item) -> None:
 def _why(part: Part, error: BaseException | None) -> str:
     from .diagnosis import type_name
 
-    what = f"its {part.feature} part ({part.loses})"
+    what = f"its {part.loss.feature} part ({part.loss.loses})"
     if error is None:
         return f"{what} is off after an earlier failure in this session"
     return f"{what} failed with {type_name(error)}: {error}"

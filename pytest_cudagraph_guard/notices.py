@@ -11,26 +11,30 @@ from collections.abc import Generator
 
 import pytest
 
+from ._torch.faults import Loss
 from .core.warnings import warn_torch_notices
-from .fault_guard import Part
+from .fault_guard import Part, guards
+
+_DELIVERY = Part(Loss("cudagraph_guard", "its warnings delivered at each test's teardown"))
 
 
 class NoticesPlugin:
     """Registered for every session. What the leak guard's own check notes at a test's
     teardown, the guard warns itself: the order of the two teardown wrappers does not matter."""
 
-    parts = (Part("cudagraph_guard", "its warnings delivered at each test's teardown"),)
-
     @pytest.hookimpl(trylast=True)
+    @guards(_DELIVERY)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         warn_torch_notices(session.config, when="collect")
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
+    @guards(_DELIVERY)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
         try:
             return (yield)
         finally:
             warn_torch_notices(item.config, nodeid=item.nodeid)
 
+    @guards(_DELIVERY)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         warn_torch_notices(session.config)

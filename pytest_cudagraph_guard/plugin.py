@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import hookspecs
+from ._torch.faults import Loss
 from .core.session import PluginNames, PluginSession, plugin_session, start_plugin_session
-from .fault_guard import Part, fail_unhonoured, register
+from .fault_guard import Part, fail_unhonoured, guards
 from .guard.fixtures import cudagraphs, dynamo_config, inductor_config
 
 if TYPE_CHECKING:
@@ -35,9 +36,20 @@ def _asked(item: pytest.Item) -> str | None:
     return marker_asked(item) or asked_by_suite_option(item)
 
 
+_FEATURES = Part(Loss("cudagraph_guard", "its features for this session"), honours=_asked)
+_SETTINGS = Part(Loss("--cudagraph-settings", "the settings printed"))
+_AHEAD = Part(
+    Loss(
+        "cudagraph_subprocess",
+        "test processes started, and test modules' imports loaded ahead, while collecting",
+    )
+)
+_SETUP_CHECKS = Part(Loss("cudagraph_guard", "the setup checks of marked tests"))
+
+
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
-    register(pluginmanager, Features(), PluginNames.FEATURES)
+    pluginmanager.register(Features(), PluginNames.FEATURES)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -68,20 +80,8 @@ class Features:
     """The session's features: set up as the options ask, the marker features loaded once a
     collected test carries a marker, and each marked test checked at its setup."""
 
-    parts = (
-        Part("cudagraph_guard", "its features for this session", honours=_asked),
-        Part("--cudagraph-settings", "the settings printed", hooks=("pytest_cmdline_main",)),
-        Part(
-            "cudagraph_subprocess",
-            "test processes started, and test modules' imports loaded ahead, while collecting",
-            hooks=("pytest_make_collect_report",),
-        ),
-        Part(
-            "cudagraph_guard", "the setup checks of marked tests", hooks=("pytest_runtest_setup",)
-        ),
-    )
-
     @pytest.hookimpl(tryfirst=True)
+    @guards(_SETTINGS)
     def pytest_cmdline_main(self, config: pytest.Config) -> int | None:
         from .core.options import plugin_options
 
@@ -93,6 +93,7 @@ class Features:
         return 0
 
     @pytest.hookimpl(trylast=True)  # after pytest's threading.excepthook: the report chains to it
+    @guards(_FEATURES)
     def pytest_configure(self, config: pytest.Config) -> None:
         from .core.markers import MAIN_THREAD_MARKER_DOC, SUBPROCESS_MARKER_DOC, THREAD_MARKER_DOC
         from .core.options import plugin_options
@@ -104,21 +105,22 @@ class Features:
         start_plugin_session(session)
         from .notices import NoticesPlugin
 
-        register(config.pluginmanager, NoticesPlugin(), PluginNames.NOTICES)
+        config.pluginmanager.register(NoticesPlugin(), PluginNames.NOTICES)
         if options.guard != "off":
             _start_leak_guard(session)
         if options.applies_markers:
             from .suite import SuitePlugin
 
-            register(config.pluginmanager, SuitePlugin(session), PluginNames.SUITE)
+            config.pluginmanager.register(SuitePlugin(session), PluginNames.SUITE)
         if options.on:
             from .suite import CudagraphsOn
 
-            register(config.pluginmanager, CudagraphsOn(session), PluginNames.CUDAGRAPHS_ON)
+            config.pluginmanager.register(CudagraphsOn(session), PluginNames.CUDAGRAPHS_ON)
         if session.recording:
             _start_report(session)
 
     @pytest.hookimpl(wrapper=True)
+    @guards(_AHEAD)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, Any]:
         """A module whose tests will run in processes of their own gets its first test process
         started before the module is imported, so that their imports overlap; what its import
@@ -137,6 +139,7 @@ class Features:
         return report
 
     @pytest.hookimpl(trylast=True)  # whatever the hooks of collection did, the tests are final now
+    @guards(_FEATURES)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The marker features' per-test hooks, registered once a collected test carries their
         marker (its own, or one that a suite option applied): a session without one pays nothing
@@ -157,6 +160,7 @@ class Features:
             _isolation(shared).start()
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(_SETUP_CHECKS)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """A marked test: its markers checked; skipped without torch (where the marker is the
         test's own: a suite option runs a torch-free test all the same) or without a CUDA device
@@ -192,7 +196,7 @@ def _start_leak_guard(session: PluginSession) -> None:
     from .guard.plugin import LeakGuard
 
     guard = LeakGuard(session.options.guard)
-    register(session.config.pluginmanager, guard, PluginNames.LEAK_GUARD)
+    session.config.pluginmanager.register(guard, PluginNames.LEAK_GUARD)
     session.config.add_cleanup(guard.close)
     session.take_in = guard.take_in
     session.take_baseline_early = guard.take_baseline_early
@@ -208,16 +212,16 @@ def _start_report(session: PluginSession) -> None:
     config, options = session.config, session.options
     report = ReportPlugin(session)
     report.start()
-    register(config.pluginmanager, report, PluginNames.REPORT)
+    config.pluginmanager.register(report, PluginNames.REPORT)
     start_crash_journal(config, xdist_controller=session.xdist_controller)
     if session.xdist_worker or session.xdist_controller:
         from .report.wire import RecordWire
 
-        register(config.pluginmanager, RecordWire(sending=session.xdist_worker))
+        config.pluginmanager.register(RecordWire(sending=session.xdist_worker))
     if getattr(config.option, "xmlpath", None):
         from .report.junit import JUnitProperties
 
-        register(config.pluginmanager, JUnitProperties())
+        config.pluginmanager.register(JUnitProperties())
     if options.report and session.gathers_reports:
         from .report.writer import ReportWriter, why_not_writable
 
@@ -229,7 +233,7 @@ def _start_report(session: PluginSession) -> None:
 
         journal = start_session_journal(session)
         writer = ReportWriter(list(options.report), options.as_record(), journal)
-        register(config.pluginmanager, writer, PluginNames.REPORT_WRITER)
+        config.pluginmanager.register(writer, PluginNames.REPORT_WRITER)
 
 
 def _isolation(session: PluginSession) -> IsolationPlugin:

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import pytest
 
 from ._torch import runtime
+from ._torch.faults import Loss
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
 from .core.options import applied_lines, plugin_options
 from .core.records import applied_by_key
-from .fault_guard import Part
+from .fault_guard import Part, guards
 
 if TYPE_CHECKING:
     from .core.session import PluginSession
@@ -36,18 +37,15 @@ def asked_by_suite_option(item: pytest.Item) -> str | None:
     return " and ".join(options.applier(marker) for marker in asked)
 
 
+_MARKING = Part(Loss(_APPLIERS, "the suite's tests marked"), honours=asked_by_suite_option)
+_MARKED_COUNT = Part(Loss(_APPLIERS, "the header's count of tests marked"))
+_ON = Part(Loss(ON_OPTION, "CUDA graphs on for the tests of this process"), lambda _: ON_OPTION)
+_ON_HEADER = Part(Loss(ON_OPTION, "the header's line saying so"))
+
+
 class SuitePlugin:
     """Marks the suite's tests as the options ask, after the hooks of collection that select or
     mark them (``trylast``); the marker features look once collection has finished."""
-
-    parts = (
-        Part(_APPLIERS, "the suite's tests marked", honours=asked_by_suite_option),
-        Part(
-            _APPLIERS,
-            "the header's count of tests marked",
-            hooks=("pytest_report_collectionfinish",),
-        ),
-    )
 
     def __init__(self, session: PluginSession) -> None:
         options = session.options
@@ -62,6 +60,7 @@ class SuitePlugin:
         self.applied: Counter[str] = Counter()  # tests by the option (or ini key) that marked them
 
     @pytest.hookimpl(trylast=True)
+    @guards(_MARKING)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             if _keeps_its_own(item):
@@ -71,6 +70,7 @@ class SuitePlugin:
                 item.stash[applied_by_key] = self.appliers[mark.name]
                 self.applied[self.appliers[mark.name]] += 1
 
+    @guards(_MARKED_COUNT)
     def pytest_report_collectionfinish(self) -> list[str]:
         return applied_lines(self.applied)
 
@@ -87,22 +87,17 @@ class CudagraphsOn:
     test (its threads carry them in), put back after it; through the leak guard's ``take_in``,
     neither is a change of the test's. A test in a test process of its own gets them there."""
 
-    parts = (
-        Part(
-            ON_OPTION, "CUDA graphs on for the tests of this process", honours=lambda _: ON_OPTION
-        ),
-        Part(ON_OPTION, "the header's line saying so", hooks=("pytest_report_collectionfinish",)),
-    )
-
     def __init__(self, session: PluginSession) -> None:
         self.session = session
         self.stopped = False
 
+    @guards(_ON_HEADER)
     def pytest_report_collectionfinish(self) -> str:
         by = self.session.options.origin_of("on")  # the option, or the ini key that gave it
         return f"triton.cudagraphs and triton.cudagraph_trees on for every test by {by}"
 
     @pytest.hookimpl(wrapper=True)
+    @guards(_ON)
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:

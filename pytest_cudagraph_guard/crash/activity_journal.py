@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 import pytest
+from _pytest.faulthandler import fault_handler_stderr_fd_key  # pytest exports none
 
 from .._torch import events, faults, runtime
 from .._torch.torch_env import UserEnvReader, user_torch_env
 from ..core.records import journal_path_key
-from ..fault_guard import Part, register
+from ..fault_guard import Part, guards
 from .journal import (
     COMPILED,
     COMPILING,
@@ -58,8 +59,6 @@ _FAULTS_LOSS: Final = faults.Loss(
 class CrashJournal:
     """Writes this process's journal while tests run; observes torch once it is loaded."""
 
-    parts = (Part(*_JOURNAL_LOSS),)
-
     def __init__(self, path_of: Callable[[], str | None]) -> None:
         self._path_of = path_of
         self._writer: JournalWriter | None = None
@@ -67,6 +66,7 @@ class CrashJournal:
         self._env = UserEnvReader()
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(Part(_JOURNAL_LOSS))
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         path = self._path_of()
         if path is None:
@@ -116,16 +116,17 @@ class WorkerFaults:
     (the worker's stderr reaches no test's failure), and given back to pytest's own fault
     handler before pytest's ``faulthandler`` plugin ends it."""
 
-    parts = (Part(*_FAULTS_LOSS),)
-
     def __init__(self, path: str) -> None:
         self._enabled_before = faulthandler.is_enabled()
         self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115
         faulthandler.enable(file=self._file, all_threads=True)
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(Part(_FAULTS_LOSS))
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        pytest_stderr = _pytest_fault_fd(config)
+        # Where pytest's ``faulthandler`` plugin enabled the handler (it disables it, and
+        # restores the one before the session, in its own unconfigure).
+        pytest_stderr = config.stash.get(fault_handler_stderr_fd_key, None)
         if pytest_stderr is not None:
             faulthandler.enable(file=pytest_stderr, all_threads=True)
         elif self._enabled_before and sys.__stderr__ is not None:
@@ -135,20 +136,10 @@ class WorkerFaults:
         self._file.close()
 
 
-def _pytest_fault_fd(config: pytest.Config) -> int | None:
-    """The file descriptor pytest's ``faulthandler`` plugin enabled the fault handler on (it
-    disables it, and restores the one before the session, in its own unconfigure)."""
-    try:
-        from _pytest.faulthandler import fault_handler_stderr_fd_key
-    except ImportError:
-        return None
-    return config.stash.get(fault_handler_stderr_fd_key, None)
-
-
 class WorkerCrashes:
     """Registered on xdist's controller: gives each worker its files, reads a dead one's."""
 
-    parts = (Part("--cudagraph-report", "the records of tests whose xdist worker died"),)
+    PART = Part(faults.Loss("--cudagraph-report", "the records of tests whose xdist worker died"))
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -161,12 +152,14 @@ class WorkerCrashes:
         return self._folder
 
     @pytest.hookimpl(optionalhook=True)
+    @guards(PART)
     def pytest_configure_node(self, node: Any) -> None:
         worker = str(node.gateway.id)
         node.workerinput[WORKER_JOURNAL] = str(self._files() / f"{worker}.journal")
         node.workerinput[WORKER_FAULTS] = str(self._files() / f"{worker}.faults")
 
     @pytest.hookimpl(optionalhook=True)
+    @guards(PART)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A dead worker's files, to :func:`..core.death.worker_died`; a worker without files is
         left as xdist reported it."""
@@ -213,15 +206,15 @@ def start_crash_journal(config: pytest.Config, *, xdist_controller: bool) -> Non
     process will read them after a crash: a worker whose controller asked, or a test process;
     on xdist's controller, what gives the workers their files and reads a dead one's."""
     if xdist_controller:
-        register(config.pluginmanager, WorkerCrashes(config))
+        config.pluginmanager.register(WorkerCrashes(config))
     workerinput: dict[str, object] = getattr(config, "workerinput", {})
     path_of: Callable[[], str | None] | None = config.stash.get(journal_path_key, None)
     if WORKER_JOURNAL in workerinput:
         journal_path = str(workerinput[WORKER_JOURNAL])
         path_of = lambda: journal_path  # noqa: E731
-        register(config.pluginmanager, WorkerFaults(str(workerinput[WORKER_FAULTS])))
+        config.pluginmanager.register(WorkerFaults(str(workerinput[WORKER_FAULTS])))
     if path_of is None:
         return
     journal = CrashJournal(path_of)
-    register(config.pluginmanager, journal)
+    config.pluginmanager.register(journal)
     config.add_cleanup(journal.close)

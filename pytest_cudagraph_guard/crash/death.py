@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import Final
 
 import pytest
+from _pytest.skipping import evaluate_xfail_marks  # pytest's reading of xfail marks
 
 from ..core.markers import SUBPROCESS_MARKER
 from ..core.records import (
@@ -245,12 +246,13 @@ def log_process_death(
     reporting: bool,
     settings: dict[str, SettingEntry],
     env: dict[str, str],
-    say: Callable[[str], None],
+    say: Callable[[str], None] | None = None,
 ) -> None:
     """Logs the reports ``item``'s process (``pid``) did not send after the phases ``logged``:
     the first one missing failed (or ``xfailed``) with the death's text, then a teardown; with
     ``reporting``, the last carries the test's record, with the ``settings`` the marker set and
-    the ``env`` the process was given. ``say`` tells the user a notice once."""
+    the ``env`` the process was given. ``say`` (a notice for the user) has nothing left to
+    tell: it goes once the runner no longer passes it."""
     ran = bool(logged)
     full_trace = bool(getattr(item.config.option, "fulltrace", False))
     text = crash_text(
@@ -263,7 +265,7 @@ def log_process_death(
         for name, captured in streams.items()
         if captured.strip()
     ]
-    reason = _xfail_reason(item, say)
+    reason = _xfail_reason(item)
     died = _report(
         item,
         phase,
@@ -320,28 +322,19 @@ def _report(
     )
 
 
-def _xfail_reason(item: pytest.Item, say: Callable[[str], None]) -> str | None:
+def _xfail_reason(item: pytest.Item) -> str | None:
     """The xfail reason under which the death of ``item``'s process counts as ``xfailed``, as
     pytest-forked has it; None where it is a failure: no ``xfail`` mark applies, or the mark
     names the exceptions it expects (``raises=``), and a signal is none of them."""
     if item.config.option.runxfail or item.get_closest_marker("xfail") is None:
         return None
-    try:  # pytest's own reading of a test's xfail marks (conditions, reason, raises); private
-        from _pytest.skipping import evaluate_xfail_marks
-    except ImportError:
-        say(
-            f"cudagraph_subprocess: pytest {pytest.__version__} has no "
-            "_pytest.skipping.evaluate_xfail_marks: a crash or timeout of an xfail test is "
-            "reported as failed"
-        )
-        return None
     try:
         xfailed = evaluate_xfail_marks(item)
     except Exception:  # a bad condition: the test's own session has reported it
         return None
-    if xfailed is None or getattr(xfailed, "raises", None) is not None:
+    if xfailed is None or xfailed.raises is not None:
         return None
-    return str(getattr(xfailed, "reason", ""))
+    return xfailed.reason
 
 
 # --- a pytest-xdist worker ----------------------------------------------------------------------

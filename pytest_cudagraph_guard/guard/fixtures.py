@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..fault_guard import Part, fixture
+from .._torch.faults import Loss
+from ..fault_guard import Part, guards
 
 if TYPE_CHECKING:
     from .config_guard import ConfigGuard
@@ -34,49 +35,40 @@ def _guarded(module_name: str) -> Iterator[ConfigGuard]:
 
 
 def _fixture_part(name: str, loses: str) -> Part:
-    """A fixture's part: a test that asks for the fixture asks for it."""
-    return Part(name, loses, honours=lambda item: f"the {name} fixture", hooks=(name,))
+    """A fixture's part: a test that asks for the fixture asks for it (the fixture's
+    ``request`` tells the guard which test's record a failure goes to)."""
+    return Part(Loss(name, loses), honours=lambda item: f"the {name} fixture")
 
 
-class ConfigFixtures:
-    """The fixtures' code, each fixture a part of its own (``fixture``); ``request`` tells the
-    guard which test's record a failure goes to."""
+@pytest.fixture
+@guards(_fixture_part("inductor_config", "torch._inductor.config guarded and restored"))
+def inductor_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
+    """``torch._inductor.config``, restored after the test whatever its outcome."""
+    from .._torch import config_access
 
-    parts = (
-        _fixture_part("inductor_config", "torch._inductor.config guarded and restored"),
-        _fixture_part("dynamo_config", "torch._dynamo.config guarded and restored"),
-        _fixture_part("cudagraphs", "CUDA graphs switched on and compiled state reset"),
-    )
-
-    @staticmethod
-    def inductor_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
-        """``torch._inductor.config``, restored after the test whatever its outcome."""
-        from .._torch import config_access
-
-        yield from _guarded(config_access.INDUCTOR_CONFIG)
-
-    @staticmethod
-    def dynamo_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
-        """``torch._dynamo.config``, restored after the test whatever its outcome."""
-        from .._torch import config_access
-
-        yield from _guarded(config_access.DYNAMO_CONFIG)
-
-    @staticmethod
-    def cudagraphs(
-        inductor_config: ConfigGuard, request: pytest.FixtureRequest
-    ) -> Iterator[ConfigGuard]:
-        """CUDA graphs on (with trees) for the test; compiled state is reset afterwards."""
-        from .._torch import trees
-        from .._torch.events import cudagraph_switches
-
-        inductor_config.update(cudagraph_switches())
-        try:
-            yield inductor_config
-        finally:
-            trees.reset_compiled_state()
+    yield from _guarded(config_access.INDUCTOR_CONFIG)
 
 
-inductor_config = fixture(ConfigFixtures, "inductor_config")
-dynamo_config = fixture(ConfigFixtures, "dynamo_config")
-cudagraphs = fixture(ConfigFixtures, "cudagraphs")
+@pytest.fixture
+@guards(_fixture_part("dynamo_config", "torch._dynamo.config guarded and restored"))
+def dynamo_config(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
+    """``torch._dynamo.config``, restored after the test whatever its outcome."""
+    from .._torch import config_access
+
+    yield from _guarded(config_access.DYNAMO_CONFIG)
+
+
+@pytest.fixture
+@guards(_fixture_part("cudagraphs", "CUDA graphs switched on and compiled state reset"))
+def cudagraphs(
+    inductor_config: ConfigGuard, request: pytest.FixtureRequest
+) -> Iterator[ConfigGuard]:
+    """CUDA graphs on (with trees) for the test; compiled state is reset afterwards."""
+    from .._torch import trees
+    from .._torch.events import cudagraph_switches
+
+    inductor_config.update(cudagraph_switches())
+    try:
+        yield inductor_config
+    finally:
+        trees.reset_compiled_state()

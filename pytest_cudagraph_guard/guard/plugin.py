@@ -18,7 +18,7 @@ from ..core.warnings import (
     CudagraphConfigLeakWarning,
     warn_torch_notices,
 )
-from ..fault_guard import Part, note_failure
+from ..fault_guard import Part, guards, note_failure
 from .state import QuickCheck, Snapshot
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _PACKAGE: Final = Path(__file__).resolve().parent
-_CHECKING: Final = Part("--cudagraph-guard", "leak checks")
+_CHECKING: Final = Part(faults.Loss("--cudagraph-guard", "leak checks"))
 
 
 def leak_message(nodeid: str, changes: list[Change], restored: bool) -> str:
@@ -41,8 +41,6 @@ class LeakGuard:
     """Compares the guarded state after each test with a baseline carried from test to test,
     which takes in what shared (not function-scoped) fixtures change: those changes are meant
     to outlive one test."""
-
-    parts = (_CHECKING,)
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -80,6 +78,7 @@ class LeakGuard:
 
                 restore(self._baseline)
 
+    @guards(_CHECKING)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Takes the baseline once collection (and module-level code) is done; one taken
         earlier stands where nothing changed since."""
@@ -95,6 +94,7 @@ class LeakGuard:
             self._rebaseline()
 
     @pytest.hookimpl(wrapper=True)
+    @guards(_CHECKING)
     def pytest_fixture_setup(
         self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
     ) -> Generator[None, Any, Any]:
@@ -104,6 +104,7 @@ class LeakGuard:
             return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
+    @guards(_CHECKING)
     def pytest_runtest_teardown(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, None, None]:

@@ -22,10 +22,11 @@ import pytest
 from _pytest.terminal import TerminalReporter  # pytest 8.0 exports no pytest.TerminalReporter
 
 from .._torch import runtime
+from .._torch.faults import Loss
 from ..core.records import TestRecord, journal_path_key
 from ..core.session import plugin_session, test_process_key
 from ..core.warnings import CudagraphGuardWarning
-from ..fault_guard import Part, guarded
+from ..fault_guard import Part, guards
 from . import distributions
 from .cuda import AHEAD
 from .ending import Ending
@@ -47,46 +48,13 @@ from .terminal import PytestChatter, write_to_terminal
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
 _FEATURE = "cudagraph_subprocess"
-# Without the first the test process cannot tell its test or send its results: essential.
-_PARTS = (
-    Part(
-        _FEATURE,
-        "the test process's link to the session",
-        essential=True,
-        hooks=("pytest_cmdline_main", "pytest_collection", "pytest_runtest_logreport"),
-    ),
-    Part(
-        _FEATURE,
-        "collecting only the test's own path and case",
-        hooks=("pytest_pycollect_makeitem", "pytest_generate_tests", "pytest_ignore_collect"),
-    ),
-    Part(
-        _FEATURE,
-        "collection errors, warnings and records sent",
-        hooks=(
-            "pytest_collectreport",
-            "pytest_warning_recorded",
-            "pytest_runtest_protocol",
-            "pytest_cudagraph_record",
-            "pytest_unconfigure",
-        ),
-    ),
-    Part(
-        _FEATURE,
-        "the warning of a cuBLAS variable set after the kernels' warm-up",
-        hooks=("pytest_runtest_teardown",),
-    ),
-    Part(
-        _FEATURE,
-        "the next test started before the test process's session ends",
-        hooks=("pytest_sessionfinish",),
-    ),
-    Part(
-        _FEATURE,
-        "pytest's chatter kept out of a dead test's failure",
-        hooks=("pytest_configure", "pytest_internalerror"),
-    ),
-)
+# Without its link the test process cannot tell its test or send its results: essential.
+_LINK = Part(Loss(_FEATURE, "the test process's link to the session"), essential=True)
+_NARROWING = Part(Loss(_FEATURE, "collecting only the test's own path and case"))
+_SENDING = Part(Loss(_FEATURE, "collection errors, warnings and records sent"))
+_CUBLAS = Part(Loss(_FEATURE, "the warning of a cuBLAS variable set after the kernels' warm-up"))
+_EARLY_END = Part(Loss(_FEATURE, "the next test started before the test process's session ends"))
+_QUIET = Part(Loss(_FEATURE, "pytest's chatter kept out of a dead test's failure"))
 
 # Plugins of the parent that must not act in the child: they would rewrite the parent's cache,
 # start workers, stop for a debugger nobody sees, or write the parent's report files.
@@ -174,15 +142,13 @@ def _run_session(child: SubprocessChild) -> int:
                 apply()
     args = [*child.request["args"], "-W", START_UP_FILTER]
     with distributions.served():
-        return int(pytest.main(args, plugins=[guarded(child)]))
+        return int(pytest.main(args, plugins=[child]))
 
 
 class SubprocessChild:
     """The child session's plugin: narrows the parent's options to the one test and streams
     reports, collection errors and warnings back to the parent. A spare's (``spare``) has no
     test until it takes one (:meth:`take`)."""
-
-    parts = _PARTS
 
     def __init__(
         self,
@@ -206,6 +172,7 @@ class SubprocessChild:
         self.stacks = os.fdopen(os.dup(2), "w")
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(_LINK)
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
         self.config = config
         for namespace in (config.known_args_namespace, config.option):
@@ -227,6 +194,7 @@ class SubprocessChild:
         return str(self.request_path.parent / JOURNAL_NAME) if self.request_path else None
 
     @pytest.hookimpl(trylast=True)
+    @guards(_QUIET)
     def pytest_configure(self, config: pytest.Config) -> None:
         """pytest's own terminal output of this session (its header, "collected 1 item", the
         progress) goes nowhere (:class:`.terminal.PytestChatter`): the parent shows the test's
@@ -241,6 +209,7 @@ class SubprocessChild:
         chatter = cast(TextIO, PytestChatter())
         config.pluginmanager.register(TerminalReporter(config, chatter), "terminalreporter")
 
+    @guards(_QUIET)
     def pytest_internalerror(self, excrepr: object) -> None:
         """An internal error (the plugin's essential code failing, say) reaches the process's
         stderr, which the parent shows when the process ran no test: the terminal is quiet."""
@@ -249,6 +218,7 @@ class SubprocessChild:
         self.stacks.flush()
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
+    @guards(_LINK)
     def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
         """A spare waits for its test around its collection (``SpareWait.collect``)."""
         self.ending.collecting = frozenset(sys.modules)
@@ -273,6 +243,7 @@ class SubprocessChild:
         self._write_unsent()
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(_NARROWING)
     def pytest_pycollect_makeitem(
         self, collector: pytest.Module | pytest.Class, name: str, obj: object
     ) -> list[pytest.Item] | None:
@@ -282,11 +253,13 @@ class SubprocessChild:
         return [] if wanted is not None and name != wanted else None
 
     @pytest.hookimpl(trylast=True)
+    @guards(_NARROWING)
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Of a parametrized test on the path, only the test's own case."""
         narrow_cases(self.nodearg, metafunc)
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(_NARROWING)
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
         """No other file or directory: pytest asks only of those off the test's path (its
         own, and the directories on the way, it collects whatever this says)."""
@@ -306,6 +279,7 @@ class SubprocessChild:
         else:
             session.take_in_or_make(apply)
 
+    @guards(_LINK)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         assert self.config is not None
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
@@ -314,10 +288,12 @@ class SubprocessChild:
             self.test_finished = True
             self.ending.finished = frozenset(sys.modules)
 
+    @guards(_SENDING)
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self._send({"collect_error": f"{report.nodeid}: {report.longreprtext}"})
 
+    @guards(_SENDING)
     def pytest_warning_recorded(
         self, warning_message: Any, when: str, nodeid: str, location: Any
     ) -> None:
@@ -329,12 +305,14 @@ class SubprocessChild:
         self._send(warning_to_send(found.category, found.message, *where, from_import=from_import))
 
     @pytest.hookimpl(wrapper=True)
+    @guards(_SENDING)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
         """Inside pytest's record of the test's warnings: which of them an import raised."""
         with self.import_warnings.watching():
             return (yield)
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(_CUBLAS)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         """Before the test's fixtures are finalized (a monkeypatch undone): a warning of the
         test where it set what cuBLAS had read before it (sent as is, past the filters)."""
@@ -344,11 +322,13 @@ class SubprocessChild:
             where = (item.path, None if line is None else line + 1)
             self._send(warning_to_send(CudagraphGuardWarning, notice, *where, item.nodeid))
 
+    @guards(_SENDING)
     def pytest_cudagraph_record(self, item: pytest.Item, record: TestRecord) -> None:
         where = f"subprocess {os.getpid()}"
         record["where"] = where if record["where"] == "main" else f"{where}, {record['where']}"
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(_EARLY_END)
     def pytest_sessionfinish(self, exitstatus: int | pytest.ExitCode) -> None:
         """Once the test has finished, the next test's process need not wait for this session's
         end: what the parent needs is written."""
@@ -357,6 +337,7 @@ class SubprocessChild:
             self.ending.note_modules(self.request_path, self.config)
             self.ending.say_done(int(exitstatus))
 
+    @guards(_SENDING)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self._close_results()
 

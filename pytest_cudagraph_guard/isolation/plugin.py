@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .._torch.faults import Loss
 from ..core.markers import checked_marks, plugin_marks, subprocess_marker_asked
 from ..core.session import PluginNames, PluginSession
-from ..fault_guard import Part, register
+from ..fault_guard import Part, guards
 
 if TYPE_CHECKING:
     from .runner import TestRunner
@@ -32,17 +33,15 @@ class IsolationPlugin:
     the session's test processes (through its runner), ended with the session. Its hook is
     registered (``start``) once a collected test carries the marker."""
 
-    parts = (
-        Part(
-            "cudagraph_subprocess",
-            "running marked tests in processes of their own",
-            honours=subprocess_marker_asked,
-        ),
-        Part(
+    RUNS = Part(
+        Loss("cudagraph_subprocess", "running marked tests in processes of their own"),
+        honours=subprocess_marker_asked,
+    )
+    ENDS = Part(
+        Loss(
             "cudagraph_subprocess",
             "the test processes' session ends waited for at the session's end",
-            hooks=("pytest_sessionfinish",),
-        ),
+        )
     )
 
     def __init__(self, session: PluginSession) -> None:
@@ -58,9 +57,10 @@ class IsolationPlugin:
     def start(self) -> None:
         manager = self.session.config.pluginmanager
         if not manager.is_registered(self):
-            register(manager, self, PluginNames.ISOLATION_RUNS)
+            manager.register(self, PluginNames.ISOLATION_RUNS)
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(RUNS)
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> bool | None:
@@ -74,6 +74,7 @@ class IsolationPlugin:
         return True
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    @guards(RUNS)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
         """pytest-timeout's timer, for a test that runs in a process of its own: set in that
         process (its session loads pytest-timeout as this one does), not in this one, which
@@ -86,6 +87,7 @@ class IsolationPlugin:
         return True
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(ENDS)
     def pytest_sessionfinish(self, exitstatus: int | pytest.ExitCode) -> None:
         """Before the session's own end: its test processes end theirs (an interrupted session
         ends them at once)."""

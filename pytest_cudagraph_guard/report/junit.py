@@ -9,8 +9,9 @@ from typing import Final, cast
 
 import pytest
 
+from .._torch.faults import Loss
 from ..core.records import USER_PROPERTY, TestRecord
-from ..fault_guard import Part
+from ..fault_guard import Part, guards
 from .entries import cut, grouped, record_entries
 
 KIND_PROPERTY: Final = "cudagraph_kind"
@@ -22,9 +23,10 @@ MESSAGE_WIDTH: Final = 300
 class JUnitProperties:
     """Registered where the session writes JUnit XML (``--junitxml``)."""
 
-    parts = (Part("--cudagraph-report", "kinds and hints as JUnit XML properties"),)
+    PART = Part(Loss("--cudagraph-report", "kinds and hints as JUnit XML properties"))
 
     @pytest.hookimpl(tryfirst=True)  # before pytest's junitxml reads the properties
+    @guards(PART)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """The record's kinds and hints as JUnit properties, where the record is final: here,
         or in the process that gathers the reports of xdist workers and test processes; once (a

@@ -34,7 +34,7 @@ from ..core.records import (
 )
 from ..core.settings import SettingsReader
 from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser
-from ..fault_guard import Part
+from ..fault_guard import Part, guards
 from .activity import TestActivity, settings_as_acted
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ test_state_key = pytest.StashKey[TestState]()
 class ReportPlugin:
     """Observes each test where it runs and builds its record."""
 
-    parts = (Part("--cudagraph-report", "the records of tests"),)
+    PART = Part(faults.Loss("--cudagraph-report", "the records of tests"))
 
     def __init__(self, session: PluginSession) -> None:
         config = self.config = session.config
@@ -91,6 +91,7 @@ class ReportPlugin:
     # -- hooks ---------------------------------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(PART)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self._thread_watch.cover_phase()
         activity = None
@@ -105,6 +106,7 @@ class ReportPlugin:
         item.stash[test_state_key] = TestState(activity)
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(PART)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
         """The main thread's settings when the body starts, fixtures applied."""
         self._thread_watch.cover_phase()
@@ -115,10 +117,12 @@ class ReportPlugin:
             state.activity.main_settings = cudagraph_settings.cudagraph_switches_here()
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(PART)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         self._thread_watch.cover_phase()
 
     @pytest.hookimpl(wrapper=True)
+    @guards(PART)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:

@@ -27,12 +27,13 @@ from typing import Any, Final
 
 import pytest
 
+from .._torch.faults import Loss
 from ..core.records import TestRecord
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
 from ..crash.activity_journal import CrashJournal
 from ..crash.journal import Action, read_journal
-from ..fault_guard import Part, register
+from ..fault_guard import Part, guards
 
 PARTIAL_SUFFIX: Final = ".partial"
 ACTIVITY_SUFFIX: Final = ".activity"
@@ -61,7 +62,7 @@ class SessionJournal:
     written); ended by the config's cleanup. Where it cannot be written, it is dropped and
     :attr:`lost` says why: the session goes on as without it."""
 
-    parts = (Part("--cudagraph-report", "the report kept on disk while the session runs"),)
+    PART = Part(Loss("--cudagraph-report", "the report kept on disk while the session runs"))
 
     def __init__(self, path: Path, *, label_tests: bool) -> None:
         self.path = path
@@ -77,6 +78,7 @@ class SessionJournal:
         """Whether the journal is being written (its activity journal beside it then too)."""
         return self._fd is not None
 
+    @guards(PART)
     def pytest_sessionstart(self, session: pytest.Session) -> None:  # its config: for a fault
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,10 +88,12 @@ class SessionJournal:
         except OSError as error:
             self._lose(error)
 
+    @guards(PART)
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self._append({"started": nodeid})
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(PART)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if self.label_tests and self.keeping:
             label = f"<cudagraph-guard: running {item.nodeid}; report so far: {self.path}>"
@@ -98,6 +102,7 @@ class SessionJournal:
             item.runtest = labelled  # type: ignore[method-assign]
 
     @pytest.hookimpl(trylast=True)
+    @guards(PART)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         """The test's own ``runtest`` back, unless another plugin set one meanwhile."""
         before, labelled = self._labelled.pop(item.nodeid, (None, None))
@@ -190,11 +195,11 @@ def start_session_journal(session: PluginSession) -> SessionJournal:
     path = journal_path(list(options.report))
     tests_here = not session.xdist_controller
     journal = SessionJournal(path, label_tests=tests_here)
-    register(config.pluginmanager, journal)
+    config.pluginmanager.register(journal)
     config.add_cleanup(journal.end)
     if tests_here:
         activity = str(activity_path(path))
         crash_journal = CrashJournal(lambda: activity if journal.keeping else None)
-        register(config.pluginmanager, crash_journal)
+        config.pluginmanager.register(crash_journal)
         config.add_cleanup(crash_journal.close)
     return journal

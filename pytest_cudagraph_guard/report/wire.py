@@ -14,8 +14,9 @@ from typing import Any, Final
 
 import pytest
 
+from .._torch.faults import Loss
 from ..core.records import USER_PROPERTY
-from ..fault_guard import Part
+from ..fault_guard import Part, guards
 
 # The serialized report's key that carries (the index of the record among the user properties,
 # the record as JSON).
@@ -25,12 +26,13 @@ WIRE_KEY: Final = "cudagraph_record_json"
 class RecordWire:
     """Registered in xdist's workers (``sending``) and on its controller."""
 
-    parts = (Part("--cudagraph-report", "the records of tests run by xdist's workers"),)
+    PART = Part(Loss("--cudagraph-report", "the records of tests run by xdist's workers"))
 
     def __init__(self, *, sending: bool) -> None:
         self._sending = sending
 
     @pytest.hookimpl(wrapper=True)
+    @guards(PART)
     def pytest_report_to_serializable(
         self, config: pytest.Config, report: pytest.CollectReport | pytest.TestReport
     ) -> Any:
@@ -40,6 +42,7 @@ class RecordWire:
         return data
 
     @pytest.hookimpl(tryfirst=True)
+    @guards(PART)
     def pytest_report_from_serializable(self, config: pytest.Config, data: Any) -> None:
         """Before pytest's own implementation, which builds the report from ``data``."""
         if isinstance(data, dict):

@@ -13,6 +13,7 @@ from typing import Final, cast
 import pytest
 
 from .._torch import runtime
+from .._torch.faults import Loss
 from ..core.options import applied_lines
 from ..core.records import (
     USER_PROPERTY,
@@ -23,7 +24,7 @@ from ..core.records import (
     environment_record,
 )
 from ..core.report_formats import ReportFormat
-from ..fault_guard import Part
+from ..fault_guard import Part, guards
 from .render import (
     brief_lines,
     full_lines,
@@ -48,7 +49,7 @@ RECORD_PHASES: Final = ("teardown", "???")
 class ReportWriter:
     """The report's plugin where results are gathered (the controller under pytest-xdist)."""
 
-    parts = (Part("--cudagraph-report", "the report's terminal section and files"),)
+    PART = Part(Loss("--cudagraph-report", "the report's terminal section and files"))
 
     def __init__(
         self,
@@ -62,6 +63,7 @@ class ReportWriter:
         self.file_lines: list[tuple[str, bool]] = []  # what became of each file; True: an error
         self.journal = journal
 
+    @guards(PART)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when not in RECORD_PHASES:
             return
@@ -73,6 +75,7 @@ class ReportWriter:
                 self.journal.add(self.records[report.nodeid])
 
     @pytest.hookimpl(trylast=True)
+    @guards(PART)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if any(f.kind in TERMINAL_KINDS for f in self.formats):
             self._terminal_section(terminalreporter)
@@ -89,6 +92,7 @@ class ReportWriter:
         for line in summary:
             terminalreporter.write_line(line)
 
+    @guards(PART)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Writes the files; one that cannot be written makes the session's exit status
         non-zero (a CI job must see it), said in one line at the end, and the journal of what

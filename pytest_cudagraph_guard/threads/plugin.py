@@ -20,20 +20,24 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .._torch.faults import Loss
 from ..core.markers import plugin_marks, thread_marker_asked
 from ..core.session import PluginNames, PluginSession
-from ..fault_guard import Part, register
+from ..fault_guard import Part, guards
 
 if TYPE_CHECKING:
     from .run import ThreadSession
 
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType]
 
-_THREADS = Part("cudagraph_thread", "running marked tests in threads", honours=thread_marker_asked)
+_THREADS = Part(Loss("cudagraph_thread", "running marked tests in threads"), thread_marker_asked)
 
 
 def _unittest_case_asked(item: pytest.Item) -> str | None:
     return thread_marker_asked(item) if is_unittest_case(item) else None
+
+
+_CASES_IN_THREADS = _THREADS._replace(honours=_unittest_case_asked)
 
 
 def start_threads(session: PluginSession, marked: list[pytest.Item]) -> None:
@@ -44,9 +48,9 @@ def start_threads(session: PluginSession, marked: list[pytest.Item]) -> None:
 
     threads = ThreadSession(session)
     pluginmanager = session.config.pluginmanager
-    register(pluginmanager, ThreadedCalls(threads), f"{PluginNames.THREADS}.calls")
+    pluginmanager.register(ThreadedCalls(threads), f"{PluginNames.THREADS}.calls")
     if any(is_unittest_case(item) for item in marked):
-        register(pluginmanager, ThreadedCases(threads), f"{PluginNames.THREADS}.cases")
+        pluginmanager.register(ThreadedCases(threads), f"{PluginNames.THREADS}.cases")
 
 
 class _InThreads:
@@ -57,9 +61,8 @@ class _InThreads:
 class ThreadedCalls(_InThreads):
     """Runs the call of each test function marked ``cudagraph_thread`` in the marker's threads."""
 
-    parts = (_THREADS,)
-
     @pytest.hookimpl(wrapper=True)
+    @guards(_THREADS)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
         __tracebackhide__ = True
         mark = plugin_marks(pyfuncitem)[0]
@@ -73,6 +76,7 @@ class ThreadedCalls(_InThreads):
             pyfuncitem.obj = body
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    @guards(_THREADS)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> object:
         """pytest-timeout's ``thread`` method ends the whole process at a timeout. A marked
         test's body runs in threads of its own while the main thread waits for them, so the
@@ -93,9 +97,8 @@ class ThreadedCases(_InThreads):
     """Runs each marked ``unittest.TestCase`` test in the marker's threads, through its
     ``runtest``."""
 
-    parts = (_THREADS._replace(honours=_unittest_case_asked),)
-
     @pytest.hookimpl(wrapper=True)
+    @guards(_CASES_IN_THREADS)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         __tracebackhide__ = True
         mark = plugin_marks(item)[0]

@@ -254,7 +254,7 @@ FAULTS = {
 
 
 def _missing_warnings(output: str, row: PatchRow) -> list[str]:
-    wanted = f"cudagraph_guard {row.feature}: {row.loses} unavailable on torch"
+    wanted = f"cudagraph_guard {row.loss.feature}: {row.loss.loses} unavailable on torch"
     return [line for line in output.splitlines() if wanted in line]
 
 

@@ -1,9 +1,9 @@
 """Faults made in the plugin's own code from the tests: a conftest of the inner session makes each
 hook implementation or fixture that ``$CUDAGRAPH_GUARD_TEST_FAULTS`` names raise before (or
-after) its own code, by a monkeypatch of its class that the session's end undoes. It does so in
-every process of the session (xdist's workers, the test processes), each reading the variable:
-the guard (``fault_guard``), which looks each hook up on its class at every call, must make
-each a warning."""
+after) its own code, by a monkeypatch of the code its guard's site holds, which the session's
+end undoes. It does so in every process of the session (xdist's workers, the test processes),
+each reading the variable: the guard (``fault_guard``), which reads its site's code at every
+call, must make each a warning."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pytest
 
 import pytest_cudagraph_guard
-from pytest_cudagraph_guard.fault_guard import Part, hooks_of
+from pytest_cudagraph_guard.fault_guard import Part, site_of
 
 FAULTS_VARIABLE = "CUDAGRAPH_GUARD_TEST_FAULTS"
 BEFORE = "before"
@@ -30,6 +30,8 @@ import inspect
 import os
 
 import pytest
+
+from {PACKAGE}.fault_guard import site_of
 
 
 class InjectedFault(RuntimeError):
@@ -60,12 +62,18 @@ def _faulty(code, name, where):
     return functools.wraps(code)(faulty)
 
 
+def _site(name):
+    """The site of ``module.Class.hook``, or of ``package.module.fixture``."""
+    module, owner, hook = name.rsplit(".", 2)
+    holder = getattr(importlib.import_module("{PACKAGE}." + module), owner)
+    return site_of(getattr(holder, hook))
+
+
 _patched = pytest.MonkeyPatch()
 for spec in filter(None, os.environ.get("{FAULTS_VARIABLE}", "").split(",")):
     name, _, where = spec.partition(":")
-    module, owner, hook = name.rsplit(".", 2)
-    holder = getattr(importlib.import_module("{PACKAGE}." + module), owner)
-    _patched.setattr(holder, hook, _faulty(getattr(holder, hook), name, where or "{BEFORE}"))
+    site = _site(name)
+    _patched.setattr(site, "code", _faulty(site.code, name, where or "{BEFORE}"))
 
 
 def pytest_configure(config):
@@ -74,9 +82,9 @@ def pytest_configure(config):
 
 
 class Hook(NamedTuple):
-    """A hook implementation or fixture's code of the plugin: its class (as ``module.Class``,
-    less the package), its name, its part, and whether it runs code before and after a
-    ``yield``."""
+    """A hook implementation or fixture of the plugin: its class (as ``module.Class``, less the
+    package) or, for a fixture, its module, its name, its part, and whether it runs code before
+    and after a ``yield``."""
 
     owner: str
     name: str
@@ -122,30 +130,26 @@ def plugin_modules() -> list[ModuleType]:
     ]
 
 
-def parted_classes() -> list[type]:
-    """Every class of the package that names its parts: the plugin objects, and the class of
-    the fixtures' code."""
-    return [
-        value
-        for module in plugin_modules()
+def _guarded_in(module: ModuleType) -> list[Hook]:
+    """The guarded hooks of the classes that ``module`` defines, and its guarded fixtures."""
+    name = short(module.__name__)
+    found = [
+        (f"{name}.{value.__qualname__}", attribute, member)
         for value in vars(module).values()
         if isinstance(value, type) and value.__module__ == module.__name__
-        if isinstance(vars(value).get("parts"), tuple)  # not the guard's protocol
+        for attribute, member in vars(value).items()
+    ]
+    found += [(name, attribute, value) for attribute, value in vars(module).items()]
+    return [
+        Hook(owner, attribute, site.part, inspect.isgeneratorfunction(site.code))
+        for owner, attribute, value in found
+        if (site := site_of(value)) is not None and site.code.__module__ == module.__name__
     ]
 
 
 def hooks() -> list[Hook]:
-    """Every hook implementation and fixture's code of the plugin, with its part."""
-    return [
-        Hook(
-            f"{short(owner.__module__)}.{owner.__qualname__}",
-            name,
-            part,
-            inspect.isgeneratorfunction(getattr(owner, name)),
-        )
-        for owner in parted_classes()
-        for name, part in hooks_of(owner).items()  # type: ignore[arg-type]
-    ]
+    """Every guarded hook implementation and fixture of the plugin, with its part."""
+    return [hook for module in plugin_modules() for hook in _guarded_in(module)]
 
 
 def make_faults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *specs: str) -> None:

@@ -17,18 +17,18 @@ from typing import Any
 
 import pytest
 
-from pytest_cudagraph_guard.fault_guard import hooks_of
+from pytest_cudagraph_guard.fault_guard import site_of
 
 from ..helpers import read_report
 from .faults import (
     AFTER,
     BEFORE,
     FAULTS_VARIABLE,
+    PACKAGE,
     Fault,
     Hook,
     hooks,
     make_faults,
-    parted_classes,
     plugin_modules,
     short,
 )
@@ -87,6 +87,8 @@ def _faults(*, under_xdist: bool = False) -> list[Fault]:
     ]
 
 
+# The module of the plugin's fixtures.
+FIXTURES = "guard.fixtures"
 # Code that runs only in a test process.
 IN_A_TEST_PROCESS = "isolation.child."
 # The hooks of a test's own phases: for a marked test the session's own process runs none of
@@ -120,7 +122,7 @@ def _part(hook: Hook) -> object:
     per loss), or that must run for the code to run at all: the fixtures count as one, since a
     test that asks for several stops at the first that fails; the crash journal is written for
     tests in processes of their own only."""
-    if hook.owner.startswith("guard.fixtures."):
+    if hook.owner == FIXTURES:
         return "fixtures"
     if hook.owner == "crash.activity_journal.CrashJournal":
         return "cudagraph_subprocess"
@@ -149,7 +151,7 @@ def _in_a_test_process(fault: Fault) -> bool:
 def _meets_a_marked_test_here(fault: Fault) -> bool:
     """Whether the fault's code runs in the session's own process for a marked test (its
     protocol, its reports, the session's hooks), beside what it does in the test's process."""
-    in_phases = fault.hook.owner.startswith("guard.fixtures.") or fault.hook.name in PHASE_HOOKS
+    in_phases = fault.hook.owner == FIXTURES or fault.hook.name in PHASE_HOOKS
     return not (in_phases or _in_a_test_process(fault))
 
 
@@ -169,32 +171,32 @@ def fault_sessions() -> list[tuple[Fault, ...]]:
 
 
 def test_every_hook_and_fixture_is_of_a_part_of_the_plugin() -> None:
-    """Every hook implementation in the package, but the plugin module's own, is of a class
-    that names its parts, and so is every fixture's code; each hook a part names is there."""
+    """Every hook implementation in the package, but the plugin module's own, is guarded as a
+    part of the plugin (``@guards``), and so is every fixture."""
     functions, fixtures = hooks_and_fixtures()
     found = hooks()
     assert functions - {hook.qualname for hook in found} == UNGUARDED
     assert {hook.qualname for hook in found if hook.name.startswith("pytest_")} <= functions
     assert {hook.name for hook in found if not hook.name.startswith("pytest_")} == fixtures
-    for owner in parted_classes():
-        named = [name for part in vars(owner)["parts"] for name in part.hooks]
-        assert all(hasattr(owner, name) for name in named), owner
-        assert len(named) == len(set(named)), owner
-    assert len(found) >= 52  # what there was when this test was written
+    assert len(found) >= 57  # what there was when this test was last changed
 
 
 def _unguarded_in(result: pytest.RunResult) -> list[str]:
-    """The hooks of the inner session's plugin objects that it registered without their guard
-    (an object registers guarded ones on itself: ``fault_guard.guarded``)."""
+    """The hook implementations that the inner session registered of the plugin's objects
+    without their guard."""
     config = result.reprec.getcall("pytest_sessionfinish").session.config  # type: ignore[attr-defined]
-    plugins = config.pluginmanager.get_plugins()
-    parted = [plugin for plugin in plugins if "parts" in vars(type(plugin))]
-    assert len(parted) >= 6  # the features, notices, leak guard, report, writer, threads
+    ours = [
+        plugin
+        for plugin in config.pluginmanager.get_plugins()
+        if type(plugin).__module__.startswith(f"{PACKAGE}.")
+    ]
+    assert len(ours) >= 6  # the features, notices, leak guard, report, writer, threads
     return [
-        f"{type(plugin).__qualname__}.{name}"
-        for plugin in parted
-        for name in hooks_of(plugin)
-        if name not in vars(plugin)
+        f"{type(plugin).__qualname__}.{impl.function.__name__}"
+        for plugin in ours
+        for caller in config.pluginmanager.get_hookcallers(plugin) or []
+        for impl in caller.get_hookimpls()
+        if impl.plugin is plugin and site_of(impl.function) is None
     ]
 
 

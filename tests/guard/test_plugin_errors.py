@@ -15,7 +15,7 @@ from .faults import AFTER, injected_message, make_faults
 def test_a_failure_of_ours_in_a_test_is_a_plugin_error_entry_of_its_record(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    make_faults(ourtester, monkeypatch, "guard.fixtures.ConfigFixtures.inductor_config:after")
+    make_faults(ourtester, monkeypatch, "guard.fixtures.inductor_config:after")
     ourtester.makepyfile(
         """
         def test_first(inductor_config):
@@ -42,7 +42,7 @@ def test_a_failure_of_ours_in_a_test_is_a_plugin_error_entry_of_its_record(
         "thread": "MainThread",
         "type": "conftest.InjectedFault",
         "message": "inductor_config: torch._inductor.config guarded and restored: "
-        + injected_message("guard.fixtures.ConfigFixtures.inductor_config", AFTER),
+        + injected_message("guard.fixtures.inductor_config", AFTER),
         "kind": PLUGIN_ERROR,
         "hint": PLUGIN_ERROR_HINT,
     }
@@ -52,7 +52,7 @@ def test_a_failure_of_ours_in_a_test_is_a_plugin_error_entry_of_its_record(
 def test_a_fixture_that_cannot_be_set_up_errors_its_test_naming_the_plugin(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    make_faults(ourtester, monkeypatch, "guard.fixtures.ConfigFixtures.dynamo_config")
+    make_faults(ourtester, monkeypatch, "guard.fixtures.dynamo_config")
     ourtester.makepyfile(
         """
         def test_asks(dynamo_config):
