@@ -4,7 +4,6 @@ zygote and the parent say once where they cannot do part of their work. Real ses
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
