@@ -39,6 +39,7 @@ from .wire import (
     TestRequest,
     frame,
     hello_frame,
+    learn_frame,
     request_frame,
     run_frame,
     write_frames,
@@ -98,12 +99,11 @@ class Zygote:
         self._replies = FrameReader(self.process.stdout.fileno())
         self._send(hello_frame(hello))
 
-    def start(self, request_path: Path, learn: Learn) -> int:
-        """The pid of the test process of the request at ``request_path``; ``learn``: what the
-        zygote may load, sent where it is new to it. The request goes out before the zygote is
-        ready, so that it forks the test before it preloads more. :class:`ZygoteRefused` where
-        it forks none."""
-        sent = self._send(run_frame(request_path, self._new_to_it(learn)))
+    def fork(self, request_path: Path) -> int:
+        """The pid of the test process of the request at ``request_path``. The request goes out
+        before the zygote is ready, so that it forks the test before it preloads more.
+        :class:`ZygoteRefused` where it forks none."""
+        sent = self._send(run_frame(request_path))
         if self.ready is None:
             reply = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
             self.ready = reply is not None and reply.kind == "ready"
@@ -122,7 +122,7 @@ class Zygote:
             raise ZygoteRefused(f"the zygote would not fork: {reply.reason}")
         return reply.pid
 
-    def _new_to_it(self, learn: Learn) -> Learn:
+    def new_to_it(self, learn: Learn) -> Learn:
         """Of ``learn``, the session's modules only where they changed since this zygote was
         last sent them, and the test module's imports only the first time: it loads them once,
         not with every test."""
@@ -236,9 +236,10 @@ class ProcessPool:
         if self._spawn_reason is None:
             zygote = self._zygote(request["env"])
             zygote.longest_timeout = max(zygote.longest_timeout, request["timeout"])
-            write_frames(request_path, [request_frame(request)])
+            learned = learn_frame(zygote.new_to_it(learn))
+            write_frames(request_path, [request_frame(request), learned])
             try:
-                return TestProcess(zygote.start(request_path, learn), folder, zygote)
+                return TestProcess(zygote.fork(request_path), folder, zygote)
             except ZygoteRefused as refused:
                 self._give_up_zygotes(str(refused))
         write_frames(request_path, [hello_frame(self.hello), request_frame(request)])

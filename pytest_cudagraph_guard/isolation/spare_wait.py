@@ -81,7 +81,7 @@ def _ready_before_the_test(request: ChildRequest, config: pytest.Config) -> None
 def _test_of(found: Frame, hello: SessionHello) -> tuple[ChildRequest, Path]:
     """The request of a ``run`` frame and its path, in the session of ``hello``; any other
     frame, the pipe's end: the process is not needed."""
-    run = run_of(found)
-    if run is None:
+    request_path = run_of(found)
+    if request_path is None:
         os._exit(0)
-    return load_request(run.request_path, hello), Path(run.request_path)
+    return load_request(request_path, hello), Path(request_path)

@@ -5,8 +5,7 @@ the results file and what a test process notes for its zygote are all frames. St
 only, so that every side can read it without loading the others.
 
 Parent to zygote: ``hello`` once, first (:class:`SessionHello`: what does not change in the
-session); per test ``run`` (its request file's path, and, where they are new to this zygote,
-the session's modules and the test module's imports, for it to load); then ``end``, on which
+session); per test ``run``, its request file's path; then ``end``, on which
 the zygote lets the test processes that said they were done end their sessions (each until its
 test's timeout) and exits. Closing the pipe without it ends the zygote at once, killing every
 test process still running. Zygote to parent: ``ready``, then per request ``started``, then
@@ -19,8 +18,9 @@ the parent runs next (the spare may collect it ahead), then ``run``, its test: t
 one, where one was said. A test process to its zygote, on a pipe of its own: ``done``, its exit
 code, once its last result is written.
 
-A test's folder holds its request file (a ``request`` frame, after the ``hello`` where the test
-process is a spawned interpreter, which has no zygote to have it from), its ``results`` (a
+A test's folder holds its request file (a ``request`` frame: after the ``hello`` where the test
+process is a spawned interpreter, which has no zygote to have it from; before a ``learn`` frame
+where a zygote forks it: what the zygote may load, where it is new to it), its ``results`` (a
 ``report``, ``warning`` or ``collect_error`` frame each) and the ``needed`` frame that its
 process notes for the zygote.
 """
@@ -56,6 +56,7 @@ Kind = Literal[
     "end",
     "expect",
     "request",
+    "learn",
     "ready",
     "started",
     "exited",
@@ -133,18 +134,11 @@ def child_request(hello: SessionHello, request: TestRequest) -> ChildRequest:
 
 
 class Learn(NamedTuple):
-    """What a ``run`` frame gives a zygote to load, where it is new to it: the session's modules,
-    and what the parent's collection of the test's module imported."""
+    """What a zygote may load for a test, where it is new to it: the session's modules, and what
+    the parent's collection of the test's module imported."""
 
     session_modules: ModuleLists | None = None
     module_imports: ModuleImports | None = None
-
-
-class Run(NamedTuple):
-    """A ``run`` frame: the path of the test's request file, and what to load (a zygote's)."""
-
-    request_path: str
-    learn: Learn = Learn()
 
 
 # A test report as ``pytest_report_to_serializable`` makes it: pytest's own JSON.
@@ -268,10 +262,22 @@ def request_frame(request: TestRequest) -> bytes:
     return frame("request", **request)
 
 
+def learn_frame(learn: Learn) -> bytes:
+    """A ``learn`` frame, with what ``learn`` has."""
+    given = {name: value for name, value in learn._asdict().items() if value is not None}
+    return frame("learn", **given)
+
+
+def load_learn(request_path: str | Path) -> Learn:
+    """What the request file's ``learn`` frame gives its zygote to load."""
+    found = _frames_of(request_path).get("learn", {})
+    return Learn(found.get("session_modules"), found.get("module_imports"))
+
+
 def load_request(request_path: str | Path, hello: SessionHello | None = None) -> ChildRequest:
     """The test process's request: the file's ``request`` frame, with its ``hello`` (a spawned
     interpreter's), else ``hello``. A ``ValueError`` where it holds neither whole."""
-    frames = {found["kind"]: found for found in read_frames(request_path)}
+    frames = _frames_of(request_path)
     if "hello" in frames:
         hello = hello_of(frames["hello"])
     if hello is None or "request" not in frames:
@@ -279,19 +285,18 @@ def load_request(request_path: str | Path, hello: SessionHello | None = None) ->
     return child_request(hello, cast(TestRequest, _fields(frames["request"])))
 
 
-def run_frame(request_path: str | Path, learn: Learn | None = None) -> bytes:
-    """The ``run`` frame of the request at ``request_path``, with what is new to its zygote."""
-    fields = learn._asdict().items() if learn is not None else ()
-    new = {name: value for name, value in fields if value is not None}
-    return frame("run", request=str(request_path), **new)
+def _frames_of(request_path: str | Path) -> dict[str, Frame]:
+    return {found["kind"]: found for found in read_frames(request_path)}
 
 
-def run_of(found: Frame) -> Run | None:
-    """The run a ``run`` frame orders; None for any other frame."""
-    if found["kind"] != "run" or not isinstance(found.get("request"), str):
-        return None
-    learn = Learn(found.get("session_modules"), found.get("module_imports"))
-    return Run(found["request"], learn)
+def run_frame(request_path: str | Path) -> bytes:
+    return frame("run", request=str(request_path))
+
+
+def run_of(found: Frame) -> str | None:
+    """The request path of a ``run`` frame; None for any other frame."""
+    path = found.get("request") if found["kind"] == "run" else None
+    return path if isinstance(path, str) else None
 
 
 def expected_of(found: Frame) -> str | None:

@@ -38,12 +38,13 @@ from .wire import (
     SESSION_FOLDER_PREFIX,
     ChildRequest,
     FrameReader,
+    Learn,
     ModuleImports,
     ModuleLists,
-    Run,
     SessionHello,
     child_sys_path,
     hello_of,
+    load_learn,
     load_request,
     run_of,
     send,
@@ -128,9 +129,9 @@ def serve() -> NoReturn:
         requests, hello_of(hello), replies, learner, run_child=run_child, run_spare=run_spare
     )
     while (found := requests.next()) is not None and found["kind"] != "end":
-        run = run_of(found)
-        if run is not None:
-            server.serve_one(run)
+        request_path = run_of(found)
+        if request_path is not None:
+            server.serve_one(request_path)
     server.exit(wait=found is not None)
 
 
@@ -159,7 +160,7 @@ class _Server:
         # again, as it ends, what its session's end imported.
         self.folders: dict[int, Path] = {}
 
-    def serve_one(self, run: Run) -> None:
+    def serve_one(self, request_path: str) -> None:
         """Starts the test's process and waits until it is done. Before the first test of a
         module, the zygote loads what the parent's collection of the module imported (where a
         spare collected it ahead, after); while the test's process starts, what the request says
@@ -169,8 +170,8 @@ class _Server:
         whether it used CUDA). A test process says it is done once its test has finished: the
         next test starts then, while it ends its session, until its test's timeout at most; it
         is reaped once the next test has started, or when the zygote ends."""
-        request_path, (session_modules, module_imports) = run
         request = self._request(request_path)
+        session_modules, module_imports = _learn(request_path)
         process = self.spares.assign(request, request_path)
         if request is not None:
             self.learner.take(request)
@@ -244,6 +245,14 @@ class _Server:
             self.spares.finished(pid)
         _leave_no_files()
         os._exit(0)
+
+
+def _learn(request_path: str) -> Learn:
+    """What the request file gives the zygote to load; nothing where it cannot be read."""
+    try:
+        return load_learn(request_path)
+    except (OSError, ValueError):
+        return Learn()
 
 
 def _compiling_modules_loaded() -> int:

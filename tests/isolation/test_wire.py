@@ -81,15 +81,20 @@ def test_a_value_json_has_no_form_for_is_sent_as_its_repr() -> None:
     assert found == {"kind": "warning", "warning": {"message": repr(Path("/x"))}}
 
 
-def test_a_run_frame_carries_its_request_path_and_only_what_is_new_to_learn() -> None:
+def test_a_run_frame_carries_its_request_path_spaces_and_all() -> None:
     path = "/tmp/a b/request.jsonl"
-    bare = wire.decode(wire.run_frame(path))
-    assert bare == {"kind": "run", "request": path}
-    assert wire.run_of(bare) == wire.Run(path, wire.Learn(None, None))
-    imports: wire.ModuleImports = {"module": "/t/test_a.py", "names": ["numpy"], "work": []}
-    learn = wire.Learn(preloads.no_modules(), imports)
-    assert wire.run_of(wire.decode(wire.run_frame(path, learn))) == wire.Run(path, learn)
+    assert wire.run_of(wire.decode(wire.run_frame(path))) == path
     assert wire.run_of(wire.decode(wire.frame("expect", nodearg=path))) is None
+
+
+def test_a_zygotes_request_file_carries_only_what_is_new_to_learn(tmp_path: Path) -> None:
+    request_path = tmp_path / "request.jsonl"
+    imports: wire.ModuleImports = {"module": "/t/test_a.py", "names": ["numpy"], "work": []}
+    for learn in (wire.Learn(), wire.Learn(preloads.no_modules(), imports)):
+        wire.write_frames(request_path, [wire.request_frame(REQUEST), wire.learn_frame(learn)])
+        assert wire.load_learn(request_path) == learn
+        assert wire.load_request(request_path, HELLO) == {**HELLO, **REQUEST}
+    assert wire.decode(wire.learn_frame(wire.Learn())) == {"kind": "learn"}
 
 
 def test_an_expect_frame_carries_its_node_argument_and_is_no_run() -> None:
