@@ -38,11 +38,8 @@ from .wire import (
     SessionHello,
     TestRequest,
     frame,
-    hello_frame,
-    learn_frame,
-    request_frame,
     run_frame,
-    write_frames,
+    write_request,
 )
 
 ENTRY_MODULE: Final = __package__
@@ -97,7 +94,7 @@ class Zygote:
         self._imports_sent: set[str] = set()  # the test modules whose imports it was sent
         assert self.process.stdout is not None
         self._replies = FrameReader(self.process.stdout.fileno())
-        self._send(hello_frame(hello))
+        self._send(frame("hello", **hello))
 
     def fork(self, request_path: Path) -> int:
         """The pid of the test process of the request at ``request_path``. The request goes out
@@ -236,13 +233,12 @@ class ProcessPool:
         if self._spawn_reason is None:
             zygote = self._zygote(request["env"])
             zygote.longest_timeout = max(zygote.longest_timeout, request["timeout"])
-            learned = learn_frame(zygote.new_to_it(learn))
-            write_frames(request_path, [request_frame(request), learned])
+            write_request(request_path, request, learn=zygote.new_to_it(learn))
             try:
                 return TestProcess(zygote.fork(request_path), folder, zygote)
             except ZygoteRefused as refused:
                 self._give_up_zygotes(str(refused))
-        write_frames(request_path, [hello_frame(self.hello), request_frame(request)])
+        write_request(request_path, request, hello=self.hello)
         return self._spawn(request, request_path, folder)
 
     def close_zygotes(self, *, wait: bool) -> None:

@@ -250,22 +250,26 @@ def _fields(found: object) -> dict[str, Any]:
     return {key: value for key, value in cast(dict[str, Any], found).items() if key != "kind"}
 
 
-def hello_frame(hello: SessionHello) -> bytes:
-    return frame("hello", **hello)
-
-
 def hello_of(found: Frame) -> SessionHello:
     return cast(SessionHello, _fields(found))
 
 
-def request_frame(request: TestRequest) -> bytes:
-    return frame("request", **request)
-
-
-def learn_frame(learn: Learn) -> bytes:
-    """A ``learn`` frame, with what ``learn`` has."""
-    given = {name: value for name, value in learn._asdict().items() if value is not None}
-    return frame("learn", **given)
+def write_request(
+    request_path: Path,
+    request: TestRequest,
+    *,
+    hello: SessionHello | None = None,
+    learn: Learn | None = None,
+) -> None:
+    """The test's request file: its ``request`` frame, after the session's ``hello`` (for a
+    spawned interpreter), before what its zygote may ``learn`` (what ``learn`` has)."""
+    frames = [frame("request", **request)]
+    if hello is not None:
+        frames.insert(0, frame("hello", **hello))
+    if learn is not None:
+        given = {name: value for name, value in learn._asdict().items() if value is not None}
+        frames.append(frame("learn", **given))
+    write_frames(request_path, frames)
 
 
 def load_learn(request_path: str | Path) -> Learn:

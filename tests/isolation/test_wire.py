@@ -91,10 +91,12 @@ def test_a_zygotes_request_file_carries_only_what_is_new_to_learn(tmp_path: Path
     request_path = tmp_path / "request.jsonl"
     imports: wire.ModuleImports = {"module": "/t/test_a.py", "names": ["numpy"], "work": []}
     for learn in (wire.Learn(), wire.Learn(preloads.no_modules(), imports)):
-        wire.write_frames(request_path, [wire.request_frame(REQUEST), wire.learn_frame(learn)])
+        wire.write_request(request_path, REQUEST, learn=learn)
         assert wire.load_learn(request_path) == learn
         assert wire.load_request(request_path, HELLO) == {**HELLO, **REQUEST}
-    assert wire.decode(wire.learn_frame(wire.Learn())) == {"kind": "learn"}
+    assert wire.read_frames(request_path)[1]["module_imports"] == imports
+    wire.write_request(request_path, REQUEST, learn=wire.Learn())
+    assert wire.read_frames(request_path)[1] == {"kind": "learn"}  # nothing new: nothing sent
 
 
 def test_an_expect_frame_carries_its_node_argument_and_is_no_run() -> None:
@@ -146,13 +148,13 @@ def test_a_spawned_interpreters_request_holds_its_hello_a_zygotes_needs_the_zygo
     tmp_path: Path,
 ) -> None:
     request_path = tmp_path / "request.jsonl"
-    wire.write_frames(request_path, [wire.hello_frame(HELLO), wire.request_frame(REQUEST)])
+    wire.write_request(request_path, REQUEST, hello=HELLO)
     assert wire.load_request(request_path) == {**HELLO, **REQUEST}
-    wire.write_frames(request_path, [wire.request_frame(REQUEST)])
+    wire.write_request(request_path, REQUEST)
     with pytest.raises(ValueError, match="no whole request"):
         wire.load_request(request_path)
     assert wire.load_request(request_path, HELLO) == {**HELLO, **REQUEST}
-    wire.write_frames(request_path, [wire.hello_frame(HELLO)])
+    wire.write_frames(request_path, [wire.frame("hello", **HELLO)])
     with pytest.raises(ValueError, match="no whole request"):
         wire.load_request(request_path, HELLO)
 
