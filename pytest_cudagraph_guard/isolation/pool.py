@@ -116,7 +116,7 @@ class Zygote:
         if reply is None:
             raise ZygoteRefused("the zygote is gone")
         if reply.kind != "started":
-            raise ZygoteRefused(f"the zygote would not fork: {reply.reason}")
+            raise ZygoteRefused(f"the zygote would not fork: {reply.reason or reply.kind}")
         return reply.pid
 
     def new_to_it(self, learn: Learn) -> Learn:
