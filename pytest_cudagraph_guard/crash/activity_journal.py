@@ -183,7 +183,7 @@ class WorkerCrashes:
 def _reaped(node: Any) -> int | None:
     """The dead worker's wait status, from execnet's process of a local worker; None where it is
     not one (a remote worker) or does not end."""
-    from .death import wait_status
+    from .exit_state import wait_status
 
     popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
     if not isinstance(popen, subprocess.Popen):

@@ -107,13 +107,6 @@ class CrashText:
     stderr: str  # for a captured stderr section: the process's stderr less those stacks
 
 
-def wait_status(returncode: int) -> int:
-    """``subprocess``'s return code as ``os.waitpid``'s wait status."""
-    if returncode < 0:
-        return -returncode  # WIFSIGNALED form: the signal number in the low bits
-    return returncode << 8
-
-
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name

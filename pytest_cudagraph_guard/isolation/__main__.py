@@ -1,6 +1,7 @@
 """``python -m pytest_cudagraph_guard.isolation serve`` runs a zygote (:mod:`.zygote`);
 ``python -m pytest_cudagraph_guard.isolation run REQUEST`` runs one test in this fresh
-interpreter, the fallback where no zygote can fork (:mod:`.child`)."""
+interpreter, the fallback where no zygote can fork (:mod:`.child`): its request file holds its
+session's hello too."""
 
 from __future__ import annotations
 

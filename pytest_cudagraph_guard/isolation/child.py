@@ -9,7 +9,6 @@ import contextlib
 import ctypes
 import faulthandler
 import functools
-import json
 import os
 import signal
 import sys
@@ -32,18 +31,20 @@ from .cuda import AHEAD
 from .ending import Ending
 from .import_warnings import ImportWarnings
 from .narrowing import narrow_cases, next_on_path
-from .protocol import (
+from .spare_wait import SpareWait
+from .terminal import PytestChatter, write_to_terminal
+from .wire import (
     CHILD_CRASH_EXIT,
     JOURNAL_NAME,
     TERMINAL_FDS_VARIABLE,
     ChildMessage,
     ChildRequest,
+    SessionHello,
     child_sys_path,
+    frame,
     load_request,
     warning_to_send,
 )
-from .spare_wait import SpareWait
-from .terminal import PytestChatter, write_to_terminal
 
 STACKS_SIGNAL = signal.SIGUSR1
 PR_SET_PDEATHSIG = 1
@@ -80,11 +81,14 @@ NEUTRAL_OPTIONS: dict[str, object] = {
 }
 
 
-def run_child(request_path: str, done: int | None = None) -> NoReturn:
-    """Runs the request's test and exits the process without running interpreter finalizers;
-    says its exit code on the pipe ``done`` (of a zygote) once its last result is written."""
+def run_child(
+    request_path: str, hello: SessionHello | None = None, done: int | None = None
+) -> NoReturn:
+    """Runs the request's test, in the session of ``hello`` (a zygote's; a spawned interpreter's
+    request holds its own), and exits the process without running interpreter finalizers; says
+    its exit code on the pipe ``done`` (of a zygote) once its last result is written."""
     path = Path(request_path)
-    _run(lambda ending: SubprocessChild(load_request(path), path, ending), done)
+    _run(lambda ending: SubprocessChild(load_request(path, hello), path, ending), done)
 
 
 def run_spare(request: ChildRequest, assignments: int, done: int) -> NoReturn:
@@ -283,7 +287,7 @@ class SubprocessChild:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         assert self.config is not None
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
-        self._send({"report": data})
+        self._send({"kind": "report", "report": data})
         if report.when == "teardown":
             self.test_finished = True
             self.ending.finished = frozenset(sys.modules)
@@ -291,7 +295,8 @@ class SubprocessChild:
     @guards(_SENDING)
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self._send({"collect_error": f"{report.nodeid}: {report.longreprtext}"})
+            error = f"{report.nodeid}: {report.longreprtext}"
+            self._send({"kind": "collect_error", "collect_error": error})
 
     @guards(_SENDING)
     def pytest_warning_recorded(
@@ -358,6 +363,6 @@ class SubprocessChild:
         if self.results is None:
             self.results = Path(self.request["results"]).open("a", encoding="utf-8")  # noqa: SIM115
         for message in self.unsent:
-            self.results.write(json.dumps(message, default=repr) + "\n")
+            self.results.write(frame(**message).decode())
         self.unsent.clear()
         self.results.flush()

@@ -14,6 +14,7 @@ import pytest
 
 from .cuda import cuda_use
 from .preloads import Timings, installed_plugin_modules, modules_for_a_zygote, note_needed_modules
+from .wire import frame
 
 
 class Ending:
@@ -71,4 +72,4 @@ class Ending:
                 stream.flush()
         if self.done is not None:
             with contextlib.suppress(OSError):
-                os.write(self.done, f"{code}\n".encode())
+                os.write(self.done, frame("done", code=code))

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, Final
 
-from .protocol import SESSION_FOLDER_PREFIX
+from .wire import SESSION_FOLDER_PREFIX
 
 OWNER_FILE: Final = "owner.pid"
 

@@ -1,7 +1,7 @@
 """How the zygote makes test processes: a fork only while forking is sound, each test process in
 a process group and an output folder of its own, and its end reaped off the critical path.
-For :mod:`.zygote` and :mod:`.spares`; the parent (:mod:`.pool`, :mod:`.waits`) ends a process
-group with it."""
+For :mod:`.zygote` and :mod:`.spares`; the parent (:mod:`.pool`, :mod:`.processes`) ends a
+process group with it."""
 
 from __future__ import annotations
 
@@ -18,16 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..crash.exit_state import exit_code_status
 from .cuda import standin_initialised
-from .protocol import CHILD_CRASH_EXIT, STDERR_NAME, STDOUT_NAME, ChildRequest
+from .wire import CHILD_CRASH_EXIT, STDERR_NAME, STDOUT_NAME, ChildRequest, SessionHello, decode
 
 CUDA_ERROR_NOT_INITIALIZED = 3
 REAP_POLL_S = 0.01
 PID_POLL_S = 0.01  # where the kernel gives no pidfd to wait on
-# How a test process runs its test: from its request's path, or, a spare, from the request it
-# sets up as and the pipe on which it learns its test.
+# How a test process runs its test: from its request's path and its session's hello, or, a
+# spare, from the request it sets up as and the pipe on which it learns its test.
 # Each also gets the pipe on which it says, once it has written its last result, its exit code.
-RunChild = Callable[[str, int], None]
+RunChild = Callable[[str, SessionHello, int], None]
 RunSpare = Callable[[ChildRequest, int, int], None]
 
 
@@ -168,9 +169,9 @@ def wait_child(process: TestProcess, requests: int, exiting: Exiting) -> tuple[b
             if not ready:
                 exiting.reap()
             if done is not None and done in ready:
-                said = os.read(done, 64).strip()
-                if said.lstrip(b"-").isdigit():
-                    return True, int(said) << 8
+                said = decode(os.read(done, 64))
+                if said["kind"] == "done" and isinstance(said.get("code"), int):
+                    return True, exit_code_status(said["code"])
                 done = None  # it closed the pipe without a word: it is ending
             ended, status = os.waitpid(pid, os.WNOHANG)
             if ended:

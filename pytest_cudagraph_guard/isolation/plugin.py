@@ -2,7 +2,7 @@
 
 ``plugin.py`` loads it once the session shows a test that will run in a process of its own
 (``--cudagraph-subprocess``, a module that names the marker, a collected test that carries it).
-The parent's machinery (:mod:`.runner`, :mod:`.pool`, :mod:`.waits`, :mod:`.folders`) loads only
+The parent's machinery (:mod:`.runner`, :mod:`.pool`, :mod:`.processes`, :mod:`.folders`) loads only
 once a test process is started: a test process loads none of it.
 """
 

@@ -1,7 +1,8 @@
 """The test processes of ``cudagraph_subprocess``, from the parent (its :mod:`.runner`): a zygote
 per set of import-time variables, a forked or spawned process per test (``python -m`` this
-package, see :mod:`.__main__`), each waited for by :mod:`.waits`. Nothing crosses but files in
-an owner-only folder (:mod:`.folders`), two pipes and, where the session's output is live
+package, see :mod:`.__main__`), each handed to the runner as a :class:`.processes.TestProcess`
+to wait for. Nothing crosses but frames (:mod:`.wire`) in files of an owner-only folder
+(:mod:`.folders`) and on two pipes and, where the session's output is live
 (``-s``, ``--capture=no``, ``--capture=tee-sys``), the session's terminal: the parent hands its
 standard output and error to the zygote (or the spawned interpreter), whose test processes
 write there (:mod:`.terminal` is their side).
@@ -11,34 +12,35 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import subprocess
 import sys
 import time
 from collections.abc import Collection, Iterator
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from .._torch import env_sources
-from ..crash.death import last_lines, wait_status
+from ..crash.death import last_lines
+from ..crash.exit_state import wait_status
 from .folders import SessionFolder, owner_only
 from .forking import kill_group
-from .preloads import no_modules
-from .protocol import (
-    END,
+from .processes import Ended, TestProcess
+from .wire import (
     REQUEST_NAME,
     STDERR_NAME,
     STDOUT_NAME,
     TERMINAL_FDS_VARIABLE,
-    ChildRequest,
-    LineReader,
+    FrameReader,
+    Learn,
     ModuleLists,
     Reply,
-    parse_reply,
-    run_line,
+    SessionHello,
+    TestRequest,
+    frame,
+    run_frame,
+    write_request,
 )
-from .waits import ChildExit, returncode, wait_for_end
 
 ENTRY_MODULE: Final = __package__
 ZYGOTE_START_TIMEOUT_S: Final = 300.0
@@ -60,16 +62,20 @@ IMPORT_TIME_PREFIXES: Final = (
 )
 
 
+class ZygoteRefused(Exception):
+    """Why a zygote did not fork a test process: it did not start, is gone, or would not."""
+
+
 class Zygote:
     """A client for one zygote process, for one set of import-time variables, working in the
     session's folder: it tells the folder which of its test processes that said they were done
-    have ended, as it learns it."""
+    have ended, as it learns it. It says the session's ``hello`` first."""
 
-    def __init__(self, env: dict[str, str], folder: SessionFolder, *, live_output: bool) -> None:
+    def __init__(self, env: dict[str, str], hello: SessionHello, folder: SessionFolder) -> None:
         self.folder = folder
         self.log_path = folder.path / f"zygote-{time.monotonic_ns()}.log"
         self.log = self.log_path.open("wb")
-        with handed_terminal(env, live_output) as (zygote_env, terminal):
+        with handed_terminal(env, hello["live_output"]) as (zygote_env, terminal):
             self.process = subprocess.Popen(
                 [sys.executable, "-m", ENTRY_MODULE, "serve"],
                 stdin=subprocess.PIPE,
@@ -87,73 +93,82 @@ class Zygote:
         self._modules_sent: ModuleLists | None = None  # the session's, as last sent
         self._imports_sent: set[str] = set()  # the test modules whose imports it was sent
         assert self.process.stdout is not None
-        self._replies = LineReader(self.process.stdout.fileno())
+        self._replies = FrameReader(self.process.stdout.fileno())
+        self._send(frame("hello", **hello))
 
-    def with_modules_once(self, request: ChildRequest) -> ChildRequest:
-        """``request``, with the session's modules only where they changed since this zygote
-        was last sent them, and its test module's imports only the first time: it loads them
-        once, not with every test."""
-        sent = request.copy()
-        if request["session_modules"] is self._modules_sent:
-            sent["session_modules"] = no_modules()
-        self._modules_sent = request["session_modules"]
-        imports = request["module_imports"]
-        if imports is not None and imports["module"] in self._imports_sent:
-            sent["module_imports"] = None
-        elif imports is not None:
-            self._imports_sent.add(imports["module"])
-        return sent
-
-    def start(self, request: Path) -> int | str:
-        """The test process's pid, or why the zygote would not fork it. The request goes out
-        before the zygote is ready, so that it forks the test before it preloads more."""
-        sent = self._send(run_line(request))
+    def fork(self, request_path: Path) -> int:
+        """The pid of the test process of the request at ``request_path``. The request goes out
+        before the zygote is ready, so that it forks the test before it preloads more.
+        :class:`ZygoteRefused` where it forks none."""
+        sent = self._send(run_frame(request_path))
         if self.ready is None:
-            reply, _ = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
+            reply = self._reply(time.monotonic() + ZYGOTE_START_TIMEOUT_S)
             self.ready = reply is not None and reply.kind == "ready"
         if not self.ready:
-            return f"the zygote did not start ({self.why_not_ready()})"
+            raise ZygoteRefused(f"the zygote did not start ({self.why_not_ready()})")
         # Before it forks, a zygote may still be loading what test processes need.
         if not sent:
-            return "the zygote is gone"
+            raise ZygoteRefused("the zygote is gone")
         deadline = time.monotonic() + ZYGOTE_START_TIMEOUT_S
-        reply, line = self._reply(deadline)
+        reply = self._reply(deadline)
         while reply is not None and reply.kind in ("exited", "done"):  # an earlier one's, late
-            reply, line = self._reply(deadline)
-        if line is None:
-            return "the zygote is gone"
-        if reply is not None and reply.kind == "started":
-            return reply.pid
-        reason = reply.reason if reply is not None and reply.reason else line
-        return f"the zygote would not fork: {reason}"
+            reply = self._reply(deadline)
+        if reply is None:
+            raise ZygoteRefused("the zygote is gone")
+        if reply.kind != "started":
+            raise ZygoteRefused(f"the zygote would not fork: {reply.reason or reply.kind}")
+        return reply.pid
 
-    def wait_exit(self, pid: int, deadline: float) -> Reply | None:
-        """The ``done`` or ``exited`` reply of test process ``pid``: ``done`` once it has written
-        its last result, though it may still be ending; None at the deadline, or when the zygote
-        died first (then :attr:`process` has ended)."""
+    def new_to_it(self, learn: Learn) -> Learn:
+        """Of ``learn``, the session's modules only where they changed since this zygote was
+        last sent them, and the test module's imports only the first time: it loads them once,
+        not with every test."""
+        modules, imports = learn
+        if modules is self._modules_sent:
+            modules = None
+        else:
+            self._modules_sent = modules
+        if imports is not None and imports["module"] in self._imports_sent:
+            imports = None
+        elif imports is not None:
+            self._imports_sent.add(imports["module"])
+        return Learn(modules, imports)
+
+    def end_of(self, pid: int, deadline: float) -> Ended | None:
+        """The end of test process ``pid``: ``done`` once it has written its last result, though
+        it may still be ending; None at the deadline, or when the zygote died first."""
         while True:
-            reply, _ = self._reply(deadline)
+            reply = self._reply(deadline)
             if reply is None or reply.kind not in ("exited", "done"):
                 return None
             if reply.pid == pid:
                 if reply.kind == "done":
                     self.ending.add(pid)
-                return reply
+                return Ended(reply.status, ending=reply.kind == "done")
 
-    def _reply(self, deadline: float) -> tuple[Reply | None, str | None]:
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def reap(self, pid: int, ended: Ended | None) -> Ended | None:
+        """A test process whose end was not said is lost: its group goes."""
+        if ended is None:
+            kill_group(pid)
+        return ended
+
+    def _reply(self, deadline: float) -> Reply | None:
         """The next reply other than a notice or the end of a test process that said it was
-        done, and its line (None at the end of the pipe or the deadline); the notices on the
-        way are kept, and the ends said."""
-        while (line := self._replies.next(deadline)) is not None:
-            reply = parse_reply(line)
-            if reply is not None and reply.kind == "exited" and reply.pid in self.ending:
+        done (None at the end of the pipe or the deadline); the notices on the way are kept,
+        and the ends said."""
+        while (found := self._replies.next(deadline)) is not None:
+            reply = Reply.of(found)
+            if reply.kind == "exited" and reply.pid in self.ending:
                 self.ending.discard(reply.pid)
                 self.folder.ended((reply.pid,))
-            elif reply is None or reply.kind != "notice":
-                return reply, line
+            elif reply.kind != "notice":
+                return reply
             else:
                 self.notices.append(reply.reason)
-        return None, None
+        return None
 
     def why_not_ready(self) -> str:
         self.process.poll()
@@ -164,7 +179,7 @@ class Zygote:
         """Ends the zygote; with ``wait``, once its test processes that said they were done
         have ended their sessions (each within its test's timeout); else at once."""
         if wait:
-            self._send(END)
+            self._send(frame("end"))
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
@@ -181,10 +196,10 @@ class Zygote:
         self.folder.ended(self.ending)  # they ended with the zygote
         self.ending.clear()
 
-    def _send(self, line: str) -> bool:
+    def _send(self, sent: bytes) -> bool:
         assert self.process.stdin is not None
         try:
-            self.process.stdin.write(f"{line}\n".encode())
+            self.process.stdin.write(sent)
             self.process.stdin.flush()
         except OSError:
             return False
@@ -194,15 +209,15 @@ class Zygote:
 class ProcessPool:
     """Starts and ends the test processes of one pytest session."""
 
-    def __init__(self, import_time: Collection[str] = (), *, live_output: bool = False) -> None:
-        """``import_time``: names of variables that the zygotes must have as their test
-        processes do (ini ``cudagraph_process_env``'s), besides those of torch and Python;
-        ``live_output``: test processes write to this session's terminal."""
+    def __init__(self, hello: SessionHello, import_time: Collection[str] = ()) -> None:
+        """``hello``: what the session's test processes share; ``import_time``: names of
+        variables that the zygotes must have as their test processes do (ini
+        ``cudagraph_process_env``'s), besides those of torch and Python."""
+        self.hello = hello
         self.import_time = frozenset(import_time)
-        self.live_output = live_output
         self.folder = SessionFolder()
         self._zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
-        self._spawn_reason = "Windows has no fork" if sys.platform == "win32" else None
+        self._spawn_reason: str | None = None
         self._notices: list[str] = []
 
     def prestart(self, env: dict[str, str]) -> None:
@@ -210,20 +225,21 @@ class ProcessPool:
         if self._spawn_reason is None:
             self._zygote(env)
 
-    def run_test_process(self, request: ChildRequest, folder: Path, timeout: float) -> ChildExit:
-        """Runs ``request``'s test process, its files in ``folder`` (from
-        :meth:`SessionFolder.new_test_folder`), and waits for it at most ``timeout`` seconds."""
+    def start(self, request: TestRequest, folder: Path, learn: Learn) -> TestProcess:
+        """Starts ``request``'s test process, its files in ``folder`` (from
+        :meth:`SessionFolder.new_test_folder`): forked by a zygote, which may load ``learn``
+        meanwhile, or, where none forks, a fresh interpreter."""
         request_path = folder / REQUEST_NAME
         if self._spawn_reason is None:
             zygote = self._zygote(request["env"])
-            zygote.longest_timeout = max(zygote.longest_timeout, timeout)
-            _write_request(zygote.with_modules_once(request), request_path)
-            started = zygote.start(request_path)
-            if isinstance(started, int):
-                return self._wait_zygote_child(zygote, started, folder, timeout)
-            self._give_up_zygotes(started)
-        _write_request(request, request_path)
-        return self._spawn(request, request_path, folder, timeout)
+            zygote.longest_timeout = max(zygote.longest_timeout, request["timeout"])
+            write_request(request_path, request, learn=zygote.new_to_it(learn))
+            try:
+                return TestProcess(zygote.fork(request_path), folder, zygote)
+            except ZygoteRefused as refused:
+                self._give_up_zygotes(str(refused))
+        write_request(request_path, request, hello=self.hello)
+        return self._spawn(request, request_path, folder)
 
     def close_zygotes(self, *, wait: bool) -> None:
         """Ends the zygotes; with ``wait``, once their test processes have ended their
@@ -256,7 +272,7 @@ class ProcessPool:
                 oldest = self._zygotes.pop(next(iter(self._zygotes)))
                 self._notices.extend(oldest.notices)
                 oldest.close(wait=True)
-            zygote = Zygote(_zygote_env(env), self.folder, live_output=self.live_output)
+            zygote = Zygote(_zygote_env(env), self.hello, self.folder)
             self._zygotes[key] = zygote
         return zygote
 
@@ -276,25 +292,14 @@ class ProcessPool:
         )
         self.close_zygotes(wait=True)
 
-    def _wait_zygote_child(
-        self, zygote: Zygote, pid: int, folder: Path, timeout: float
-    ) -> ChildExit:
-        outcome = ChildExit(pid, folder)
-        ended = wait_for_end(outcome, partial(zygote.wait_exit, pid), timeout, zygote.process)
-        if ended is None:
-            kill_group(pid)
-        else:
-            outcome.status = ended.status
-            outcome.ending = ended.kind == "done"
-        return outcome
-
-    def _spawn(
-        self, request: ChildRequest, request_path: Path, folder: Path, timeout: float
-    ) -> ChildExit:
+    def _spawn(self, request: TestRequest, request_path: Path, folder: Path) -> TestProcess:
         with (
             owner_only(folder / STDOUT_NAME, "wb") as stdout,
             owner_only(folder / STDERR_NAME, "wb") as stderr,
-            handed_terminal(_with_our_path(request["env"]), self.live_output) as (env, terminal),
+            handed_terminal(_with_our_path(request["env"]), self.hello["live_output"]) as (
+                env,
+                terminal,
+            ),
         ):
             process = subprocess.Popen(
                 [sys.executable, "-m", ENTRY_MODULE, "run", str(request_path)],
@@ -302,18 +307,32 @@ class ProcessPool:
                 stdout=stdout,
                 stderr=stderr,
                 env=env,
-                cwd=request["cwd"],
+                cwd=self.hello["cwd"],
                 start_new_session=True,
                 pass_fds=terminal,
             )
-        outcome = ChildExit(process.pid, folder)
+        return TestProcess(process.pid, folder, Spawned(process))
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A spawned test process, which says its own end."""
+
+    process: subprocess.Popen[bytes]
+
+    def end_of(self, pid: int, deadline: float) -> Ended | None:
         try:
-            wait_for_end(outcome, partial(returncode, process), timeout, process)
-        finally:
-            process.wait()
-            kill_group(process.pid)
-        outcome.status = wait_status(process.returncode)
-        return outcome
+            return Ended(wait_status(self.process.wait(max(0.0, deadline - time.monotonic()))))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def reap(self, pid: int, ended: Ended | None) -> Ended:
+        self.process.wait()
+        kill_group(pid)
+        return Ended(wait_status(self.process.returncode))
 
 
 @contextlib.contextmanager
@@ -333,13 +352,6 @@ def handed_terminal(
     finally:
         for fd in fds:
             os.close(fd)
-
-
-def _write_request(request: ChildRequest, request_path: Path) -> None:
-    """Writes ``request`` (again, where a zygote would not fork its test)."""
-    request_path.unlink(missing_ok=True)
-    with owner_only(request_path, "wb") as file:
-        pickle.dump(request, file)
 
 
 def _with_our_path(env: dict[str, str]) -> dict[str, str]:

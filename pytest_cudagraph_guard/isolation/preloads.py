@@ -6,7 +6,6 @@ collection of a test module imported for it (:func:`module_collection_started`).
 from __future__ import annotations
 
 import functools
-import json
 import os
 import site
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from .._torch import process_work
 from .cuda import CudaUse
-from .protocol import NEEDED_MODULES_NAME, ModuleImports, ModuleLists
+from .wire import NEEDED_MODULES_NAME, ModuleImports, ModuleLists, frame, read_frames, write_frames
 
 PRELOAD_FIRST: Final = ("pytest", "pytest_cudagraph_guard.plugin", "torch")
 # Each saves a test process a second of imports. Every test process needs them where the cudagraph
@@ -32,7 +31,7 @@ PRELOAD_FOR_COMPILING: Final = ("torch._dynamo", "torch._inductor.config")
 # plugin's, which every session starts; less the plugin's that only the parent session runs.
 TRUSTED_PREFIXES: Final = ("_pytest.", "pluggy.", "pytest_cudagraph_guard.")
 PARENT_ONLY: Final = frozenset(
-    f"{__package__}.{name}" for name in ("runner", "pool", "waits", "folders", "__main__")
+    f"{__package__}.{name}" for name in ("runner", "pool", "processes", "folders", "__main__")
 )
 
 
@@ -197,16 +196,15 @@ def note_needed_modules(
     (whether spares should set up CUDA) and its timings (how many spares keep up). Tests that
     compile need dynamo, so the zygote loads it before the next fork; trivial tests do not, and
     do not wait for it. Replaced at once: the zygote may read it meanwhile."""
-    written = folder / f"{NEEDED_MODULES_NAME}.{os.getpid()}"
-    written.write_text(json.dumps({**needed, "cuda": cuda, "timings": timings}))
-    os.replace(written, folder / NEEDED_MODULES_NAME)
+    noted = frame("needed", **needed, cuda=cuda, timings=timings)
+    write_frames(folder / NEEDED_MODULES_NAME, [noted])
 
 
 def needed_modules(folder: Path) -> Noted:
     """What the test process of ``folder`` noted (:func:`note_needed_modules`); nothing if it
     noted nothing readable."""
     try:
-        noted = json.loads((folder / NEEDED_MODULES_NAME).read_text())
+        (noted,) = read_frames(folder / NEEDED_MODULES_NAME)
         modules: ModuleLists = {
             "modules": [str(name) for name in noted["modules"]],
             "plugins": [str(name) for name in noted["plugins"]],

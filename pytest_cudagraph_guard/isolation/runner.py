@@ -1,7 +1,7 @@
 """``@pytest.mark.cudagraph_subprocess`` in the parent session: one test's life, in the order it
 happens (:meth:`TestRunner.run`, called by the feature's plugin, :mod:`.plugin`): its request
-built, its process had from :mod:`.pool` and waited for, its results read, and its reports,
-warnings or death logged here as if it had run in place.
+built, its process had from :mod:`.pool` and waited for (:mod:`.processes`), its results read,
+and its reports, warnings or death logged here as if it had run in place.
 
 pytest-timeout beside it: a test that runs in a process of its own has its timeout enforced
 there, as pytest-timeout does in an xdist worker; the parent keeps pytest-timeout's settings for
@@ -11,7 +11,6 @@ reads a process that pytest-timeout's ``thread`` method ended (it dumps the stac
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -30,27 +29,25 @@ from ..crash.death import ProcessEnd, log_process_death
 from ..crash.journal import read_journal
 from .pool import ProcessPool
 from .preloads import module_imports, session_modules
-from .protocol import (
+from .processes import ChildExit
+from .wire import (
     JOURNAL_NAME,
     RESULTS_NAME,
     STDERR_NAME,
     STDOUT_NAME,
-    ChildRequest,
+    Learn,
     SerializedReport,
+    SessionHello,
+    TestRequest,
     WarningSent,
+    read_frames,
 )
-from .waits import ChildExit
 
 DEBUGGER_NOTICE: Final = (
     "cudagraph_subprocess: --pdb and --trace cannot stop in the debugger in a test that runs in "
     "a process of its own; to debug one in this process, run it without --cudagraph-subprocess "
     "(or mark it @pytest.mark.cudagraph_main_thread), or, where the test itself is marked "
     "cudagraph_subprocess, with -p no:cudagraph_guard"
-)
-NO_TEARDOWN_EXACT: Final = (
-    "cudagraph_subprocess: pytest {version} has no Session._setupstate.teardown_exact: after a "
-    "marked test, the parent's module, class and session fixtures that the next test no longer "
-    "needs are not finished then (pytest finishes them at the session's end)"
 )
 # How long the parent waits beyond pytest-timeout's timeout, which the test process enforces
 # itself, before it stops the process as at the marker's timeout.
@@ -99,9 +96,7 @@ class TestRunner:
         self.options = session.options
         self.recording = session.recording
         names = [name for name, _ in self.options.process_env]
-        self.pool: ProcessPool = ProcessPool(
-            names, live_output=self.config.option.capture in LIVE_CAPTURE_MODES
-        )
+        self.pool: ProcessPool = ProcessPool(self._hello(), names)
         self.notices: list[str] = []  # for the user, once each, as the next test's warnings
 
     def prestart(self) -> None:
@@ -118,18 +113,34 @@ class TestRunner:
             self.notices.append(DEBUGGER_NOTICE)
         folder = self.pool.folder.new_test_folder()
         request = self._request(item, nextitem, marker, folder)
-        ended = self.pool.run_test_process(request, folder, request["timeout"])
+        # What the zygote may load while the test's process starts: the session's modules, for
+        # the next ones, and what it loads before it forks the module's first test process.
+        learn = Learn(session_modules(self.config), module_imports(item))
+        ended = self.pool.start(request, folder, learn).wait(request["timeout"])
         try:
             messages = _read_messages(ended.folder / RESULTS_NAME)
             logged = _log_child_reports(item, messages.reports)
             if "teardown" not in logged:
                 self._log_death(item, request, ended, messages, logged, marker=marker)
             self.notices.extend(self.pool.take_notices())
-            _teardown_shared_fixtures(item, nextitem, self.notices)
+            _teardown_shared_fixtures(item, nextitem)
             _warn(item, messages.warnings, self.notices)
         finally:
             self.pool.folder.release(ended.folder, ended.pid, ending=ended.ending)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+    def _hello(self) -> SessionHello:
+        """What every test process of the session shares."""
+        return {
+            "cwd": str(self.config.invocation_params.dir),
+            "args": [
+                *(str(arg) for arg in self.config.invocation_params.args),
+                *_coverage_args(self.config),
+            ],
+            "cuda_ahead": self.options.cuda_ahead,
+            "spares": self.options.spares,
+            "live_output": self.config.option.capture in LIVE_CAPTURE_MODES,
+        }
 
     def _request(
         self,
@@ -137,42 +148,32 @@ class TestRunner:
         nextitem: pytest.Item | None,
         marker: SubprocessOptions,
         folder: Path,
-    ) -> ChildRequest:
+    ) -> TestRequest:
         """The request for the process that runs ``item``, with its files in ``folder``: the
         session's variables for test processes, then the marker's over them; its timeout no
         longer than pytest-timeout's and the margin (the shorter of the two stops the test)."""
-        params = self.config.invocation_params
         following = nextitem if nextitem is not None and plugin_marks(nextitem).process else None
         pytest_timeout = item.stash.get(_pytest_timeout_key, None)
         timeout = marker.timeout
         if pytest_timeout is not None:
             timeout = min(timeout, pytest_timeout.seconds + PYTEST_TIMEOUT_MARGIN_S)
         return {
-            "cwd": str(params.dir),
             "env": process_environment((*self.options.process_env, *marker.env)),
             "sys_path": list(sys.path),
-            "args": [*(str(arg) for arg in params.args), *_coverage_args(self.config)],
             "nodearg": _node_argument(item),
             "trees": marker.trees,
             "switches": marker.switches,
             "next_nodearg": None if following is None else _node_argument(following),
-            # What the zygote may load while this test's process starts, for the next ones.
-            "session_modules": session_modules(self.config),
-            # What the zygote loads before it forks the module's first test process.
-            "module_imports": module_imports(item),
             "results": str(folder / RESULTS_NAME),
             "basetemp": str(folder / "tmp"),
-            "cuda_ahead": self.options.cuda_ahead,
-            "spares": self.options.spares,
             "init_cuda": False,
             "timeout": timeout,
-            "live_output": self.pool.live_output,
         }
 
     def _log_death(
         self,
         item: pytest.Item,
-        request: ChildRequest,
+        request: TestRequest,
         ended: ChildExit,
         messages: ChildMessages,
         logged: list[str],
@@ -235,19 +236,15 @@ def _node_argument(item: pytest.Item) -> str:
 def _read_messages(results: Path) -> ChildMessages:
     messages = ChildMessages()
     try:
-        lines = results.read_text(encoding="utf-8").splitlines()
+        frames = read_frames(results)
     except OSError:
-        lines = []
-    for line in lines:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue  # the child died while writing it
-        if "report" in message:
+        frames = []
+    for message in frames:
+        if message["kind"] == "report":
             messages.reports.append(message["report"])
-        elif "warning" in message:
+        elif message["kind"] == "warning":
             messages.warnings.append(message["warning"])
-        elif "collect_error" in message:
+        elif message["kind"] == "collect_error":
             messages.collect_errors.append(message["collect_error"])
     return messages
 
@@ -300,17 +297,11 @@ def _ended_by_pytest_timeout(
     return None
 
 
-def _teardown_shared_fixtures(
-    item: pytest.Item, nextitem: pytest.Item | None, notices: list[str]
-) -> None:
+def _teardown_shared_fixtures(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Finishes the parent's module, class and session fixtures that ``nextitem`` no longer
     needs, as pytest's protocol does after each test (only they ran here)."""
-    setup_state = getattr(item.session, "_setupstate", None)
-    teardown_exact = getattr(setup_state, "teardown_exact", None)
-    if not callable(teardown_exact):
-        notices.append(NO_TEARDOWN_EXACT.format(version=pytest.__version__))
-        return
-    call = pytest.CallInfo.from_call(lambda: teardown_exact(nextitem), when="teardown")
+    setup_state = item.session._setupstate
+    call = pytest.CallInfo.from_call(lambda: setup_state.teardown_exact(nextitem), when="teardown")
     if call.excinfo is not None:
         report = item.ihook.pytest_runtest_makereport(item=item, call=call)
         item.ihook.pytest_runtest_logreport(report=report)

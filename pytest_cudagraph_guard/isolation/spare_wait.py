@@ -15,7 +15,7 @@ import pytest
 
 from ..core.session import plugin_session
 from .cuda import AHEAD
-from .protocol import ChildRequest, LineReader, load_request, parse_expect, parse_run
+from .wire import ChildRequest, Frame, FrameReader, SessionHello, expected_of, load_request, run_of
 
 
 class TestTaker(Protocol):
@@ -34,34 +34,35 @@ class SpareWait:
     parent runs next, it collects that one meanwhile, and gets only that test."""
 
     def __init__(self, assignments: int) -> None:
-        self.assignments = LineReader(assignments)
+        self.assignments = FrameReader(assignments)
         self.waited_s = 0.0  # for lines from the zygote: not the spare's set-up
 
     def collect(self, child: TestTaker, config: pytest.Config) -> Generator[None, object, object]:
         """Told the test to expect, waits for it after the collection, whatever that did."""
         try:
             _ready_before_the_test(child.request, config)
-            line = self._next_line()
-            expected = parse_expect(line)
+            found = self._next_frame()
+            expected = expected_of(found)
             if expected is None:
-                child.take(*_test_of(line))
+                child.take(*_test_of(found, child.request))
                 child.select(config, child.request["nodearg"])
                 return (yield)
             child.select(config, expected)
             try:
                 return (yield)
             finally:
-                child.take(*_test_of(self._next_line()))
+                child.take(*_test_of(self._next_frame(), child.request))
         finally:
             os.close(self.assignments.fd)
 
-    def _next_line(self) -> str:
-        """The next line from the zygote, warming kernels up until it arrives."""
+    def _next_frame(self) -> Frame:
+        """The next frame from the zygote, warming kernels up until it arrives; an ``end`` one
+        at the end of the pipe."""
         started = time.monotonic()
-        AHEAD.warm_up_while(lambda: not self.assignments.has_line())
-        line = (self.assignments.next() or "").strip()
+        AHEAD.warm_up_while(lambda: not self.assignments.has_frame())
+        found = self.assignments.next() or {"kind": "end"}
         self.waited_s += time.monotonic() - started
-        return line
+        return found
 
 
 def _ready_before_the_test(request: ChildRequest, config: pytest.Config) -> None:
@@ -77,9 +78,10 @@ def _ready_before_the_test(request: ChildRequest, config: pytest.Config) -> None
     gc.collect()
 
 
-def _test_of(line: str) -> tuple[ChildRequest, Path]:
-    """The request of a ``run`` line and its path; the pipe's end: the process is not needed."""
-    request_path = parse_run(line)
+def _test_of(found: Frame, hello: SessionHello) -> tuple[ChildRequest, Path]:
+    """The request of a ``run`` frame and its path, in the session of ``hello``; any other
+    frame, the pipe's end: the process is not needed."""
+    request_path = run_of(found)
     if request_path is None:
         os._exit(0)
-    return load_request(request_path), Path(request_path)
+    return load_request(request_path, hello), Path(request_path)

@@ -25,9 +25,10 @@ from typing import Final
 from .cuda import CudaUse
 from .forking import RunSpare, TestProcess, fork_hazard, fork_with_output, kill_child
 from .preloads import Timings
-from .protocol import STDERR_NAME, STDOUT_NAME, ChildRequest, expect_line, run_line, send_line
+from .wire import STDERR_NAME, STDOUT_NAME, ChildRequest, run_frame, send
 
-SPARE_CONTEXT = ("cwd", "env", "sys_path", "args", "trees", "switches", "cuda_ahead")
+# What a spare sets up as, beside its zygote's session hello, which all its spares share.
+SPARE_CONTEXT = ("env", "sys_path", "trees", "switches")
 # What a test process's CUDA context and first allocations take on the GPU, as a bound.
 CONTEXT_BYTES: Final = 2 << 30
 MAX_AUTOMATIC_SPARES: Final = 8
@@ -74,7 +75,7 @@ class Pace:
 def _spare_context(request: ChildRequest) -> str:
     """What a test process has set up before it knows its test: the same for consecutive tests
     of a session, unless a marker's ``env`` or ``trees``, whether the test switches CUDA graphs
-    on, or the session's environment differ."""
+    on, or the session's environment or ``sys.path`` differ."""
     return json.dumps([request.get(key) for key in SPARE_CONTEXT], sort_keys=True, default=repr)
 
 
@@ -151,7 +152,7 @@ class Spares:
             return
         spare = self.waiting[0]
         try:
-            send_line(spare.assignments, expect_line(nodearg))
+            send(spare.assignments, "expect", nodearg=nodearg)
         except OSError:  # it has died: the next assignment finds so
             return
         spare.expected = nodearg
@@ -206,7 +207,7 @@ def _hand_over(spare: _Spare, request_path: str) -> bool:
     try:
         for name in (STDOUT_NAME, STDERR_NAME):
             os.rename(spare.folder / name, test_folder / name)
-        send_line(spare.assignments, run_line(request_path))
+        os.write(spare.assignments, run_frame(request_path))
     except OSError:
         for name in (STDOUT_NAME, STDERR_NAME):  # the test's own process starts them anew
             with contextlib.suppress(OSError):

@@ -1,4 +1,4 @@
-"""The zygote behind ``cudagraph_subprocess``, on its side of the pipe (:mod:`.protocol`): the
+"""The zygote behind ``cudagraph_subprocess``, on its side of the pipes (:mod:`.wire`): the
 process ``python -m pytest_cudagraph_guard.isolation serve`` that the parent's :mod:`.pool`
 starts. It imports torch, pytest and the plugin once, never touches CUDA or runs a parallel op,
 forks one never-reused test process per request (:meth:`_Server.serve_one`), and learns what to
@@ -12,7 +12,6 @@ import functools
 import gc
 import itertools
 import os
-import pickle
 import shutil
 import signal
 import sys
@@ -33,26 +32,23 @@ from .forking import (
     wait_child,
 )
 from .preloads import PRELOAD_FIRST, PRELOAD_FOR_COMPILING, needed_modules, trusted
-from .protocol import (
-    END,
-    SESSION_FOLDER_PREFIX,
-    ChildRequest,
-    LineReader,
-    ModuleImports,
-    ModuleLists,
-    child_sys_path,
-    done_line,
-    exited_line,
-    load_request,
-    nofork_line,
-    notice_line,
-    parse_run,
-    ready_line,
-    send_line,
-    started_line,
-)
 from .spares import Spares
 from .walk import Walked, walk_imports, walk_work
+from .wire import (
+    SESSION_FOLDER_PREFIX,
+    ChildRequest,
+    FrameReader,
+    Learn,
+    ModuleImports,
+    ModuleLists,
+    SessionHello,
+    child_sys_path,
+    hello_of,
+    load_learn,
+    load_request,
+    run_of,
+    send,
+)
 
 _PARENT = os.getppid()
 # How long the zygote walks a test module's imports before it forks the module's first test
@@ -102,7 +98,7 @@ class Preloads:
     def fail(self, name: str, notice: str | None) -> None:
         if notice is not None and name not in self.failed:
             self.failed.add(name)
-            send_line(self.replies, notice_line(notice))
+            send(self.replies, "notice", reason=notice)
 
 
 def serve() -> NoReturn:
@@ -117,18 +113,26 @@ def serve() -> NoReturn:
         preloads.load(name)
     from .child import run_child, run_spare  # after pytest, with the collector off
 
-    send_line(replies, ready_line(os.getpid()))
+    send(replies, "ready", pid=os.getpid())
     from .._torch import cudagraph_settings
 
     if not cudagraph_settings.settings_can_wait_for_import():
         for name in PRELOAD_FOR_COMPILING:
             preloads.load(name)
-    server = _Server(replies, Learner(preloads), run_child, run_spare)
-    while (line := server.requests.next()) is not None and line != END:
-        request_path = parse_run(line)
+    requests = FrameReader(0)  # from the parent, which says its hello first
+    hello = requests.next()
+    if hello is None or hello["kind"] != "hello":
+        _leave_no_files()  # the parent went away before it said it
+        os._exit(0)
+    learner = Learner(preloads)
+    server = _Server(
+        requests, hello_of(hello), replies, learner, run_child=run_child, run_spare=run_spare
+    )
+    while (found := requests.next()) is not None and found["kind"] != "end":
+        request_path = run_of(found)
         if request_path is not None:
             server.serve_one(request_path)
-    server.exit(wait=line == END)
+    server.exit(wait=found is not None)
 
 
 class _Server:
@@ -136,9 +140,17 @@ class _Server:
     spares, and those that said they were done and are still ending."""
 
     def __init__(
-        self, replies: int, learner: Learner, run_child: RunChild, run_spare: RunSpare
+        self,
+        requests: FrameReader,
+        hello: SessionHello,
+        replies: int,
+        learner: Learner,
+        *,
+        run_child: RunChild,
+        run_spare: RunSpare,
     ) -> None:
-        self.requests = LineReader(0)  # from the parent
+        self.requests = requests  # from the parent
+        self.hello = hello  # the session's, for every request
         self.replies = replies  # the fd to the parent
         self.learner = learner
         self.run_child = run_child
@@ -158,29 +170,31 @@ class _Server:
         whether it used CUDA). A test process says it is done once its test has finished: the
         next test starts then, while it ends its session, until its test's timeout at most; it
         is reaped once the next test has started, or when the zygote ends."""
-        request = _request(request_path)
+        request = self._request(request_path)
+        session_modules, module_imports = _learn(request_path)
         process = self.spares.assign(request, request_path)
         if request is not None:
             self.learner.take(request)
             if process is None:
                 until = time.monotonic() + WALK_BEFORE_FORK_S
-                self.learner.load_module_imports(request["module_imports"], self.spares, until)
+                self.learner.load_module_imports(module_imports, self.spares, until)
         if process is None:
             hazard = fork_hazard()
             if hazard is not None:
-                send_line(self.replies, nofork_line(hazard))
+                send(self.replies, "nofork", reason=hazard)
                 return
             folder = Path(request_path).parent
-            run = functools.partial(self.run_child, request_path)
-            process = fork_with_output(self.replies, folder, run)
+            run_test = functools.partial(self.run_child, request_path, self.hello)
+            process = fork_with_output(self.replies, folder, run_test)
         pid = process.pid
         deadline = time.monotonic() + (request["timeout"] if request is not None else 0.0)
-        send_line(self.replies, started_line(pid))
+        send(self.replies, "started", pid=pid)
         self._reap_exiting()
         if request is not None:
             distributions.read_ahead(request["cwd"])
-            self.learner.load_module_imports(request["module_imports"], self.spares)
-            self.learner.load(request["session_modules"])  # while the test process starts
+            self.learner.load_module_imports(module_imports, self.spares)
+            if session_modules is not None:  # while the test process starts
+                self.learner.load(session_modules)
             self.spares.fork(request)
             self.spares.expect(request["next_nodearg"])
         ended = wait_child(process, self.requests.fd, self.exiting)
@@ -189,6 +203,13 @@ class _Server:
             os.waitpid(pid, 0)
             self.exit(wait=False)
         self._finished(pid, Path(request_path).parent, *ended, deadline=deadline)
+
+    def _request(self, request_path: str) -> ChildRequest | None:
+        """The request, if it can be read: if not, its test process says why."""
+        try:
+            return load_request(request_path, self.hello)
+        except (OSError, ValueError):
+            return None
 
     def _finished(
         self, pid: int, folder: Path, exiting: bool, status: int, *, deadline: float
@@ -200,7 +221,7 @@ class _Server:
         else:
             self.spares.finished(pid)
         noted = needed_modules(folder)  # before the parent removes the folder
-        send_line(self.replies, (done_line if exiting else exited_line)(pid, status))
+        send(self.replies, "done" if exiting else "exited", pid=pid, status=status)
         self.spares.noted(noted.cuda, noted.timings)
         self.learner.load(noted.modules, self.spares)
 
@@ -214,7 +235,7 @@ class _Server:
             if folder is not None:
                 self.learner.load(needed_modules(folder).modules, self.spares)
             self.spares.finished(pid)
-            send_line(self.replies, exited_line(pid, status))
+            send(self.replies, "exited", pid=pid, status=status)
 
     def exit(self, *, wait: bool) -> NoReturn:
         """Ends the zygote; with ``wait``, once the test processes still ending have ended (or
@@ -226,13 +247,12 @@ class _Server:
         os._exit(0)
 
 
-def _request(request_path: str) -> ChildRequest | None:
-    """The request, if it can be read: if not, its test process says why."""
+def _learn(request_path: str) -> Learn:
+    """What the request file gives the zygote to load; nothing where it cannot be read."""
     try:
-        request = load_request(request_path)
-    except (OSError, pickle.UnpicklingError, EOFError):
-        return None
-    return request if isinstance(request, dict) else None
+        return load_learn(request_path)
+    except (OSError, ValueError):
+        return Learn()
 
 
 def _compiling_modules_loaded() -> int:

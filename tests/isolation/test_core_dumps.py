@@ -11,12 +11,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from pytest_cudagraph_guard.crash.death import CORE_DUMPED
-from pytest_cudagraph_guard.isolation.waits import CORE_DUMPING, exit_state, through_dying
+from pytest_cudagraph_guard.crash.exit_state import CORE_DUMPING, exit_state, through_dying
 
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
 DUMPING = """
@@ -103,11 +104,24 @@ def _until(condition: Callable[[], bool]) -> None:
         time.sleep(0.001)
 
 
-def _returncode(process: subprocess.Popen[str], deadline: float) -> int | None:
-    try:
-        return process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return None
+@dataclass
+class _Waited:
+    """A process whose end is its return code, and each answer it gave."""
+
+    process: subprocess.Popen[str]
+    answers: list[int | None] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def end_by(self, deadline: float) -> int | None:
+        try:
+            answer = self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            answer = None
+        self.answers.append(answer)
+        return answer
 
 
 def _state_line(pid: int) -> str:
@@ -120,17 +134,12 @@ def _state_line(pid: int) -> str:
 @dumps_cores
 def test_a_process_dumping_its_core_at_the_deadline_is_waited_for(tmp_path: Path) -> None:
     process = _started(DUMPING, tmp_path)
-    answers: list[int | None] = []
-
-    def wait(deadline: float) -> int | None:
-        answers.append(_returncode(process, deadline))
-        return answers[-1]
-
+    waited = _Waited(process)
     try:
         _until(lambda: CORE_DUMPING in Path(f"/proc/{process.pid}/status").read_text())
         assert exit_state(process.pid) == "dying"
-        assert through_dying(wait, process.pid, 0) == -6
-        assert answers[0] is None  # the deadline had passed: it was waited for as it dumped
+        assert through_dying(waited, 0) == -6
+        assert waited.answers[0] is None  # the deadline had passed: it was waited for as it dumped
     finally:
         process.kill()
         process.wait()
@@ -155,7 +164,7 @@ def test_a_process_whose_main_thread_ended_is_alive_and_times_out(tmp_path: Path
         _until(lambda: _state_line(process.pid) == "Z")  # its main thread, the process's entry
         assert exit_state(process.pid) == "alive"
         start = time.monotonic()
-        assert through_dying(lambda d: _returncode(process, d), process.pid, start + 0.2) is None
+        assert through_dying(_Waited(process), start + 0.2) is None
         assert time.monotonic() - start < 2
     finally:
         process.kill()

@@ -4,7 +4,6 @@ zygote and the parent say once where they cannot do part of their work. Real ses
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -188,47 +187,58 @@ def test_runxfail_makes_a_crash_a_failure(ourtester: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
 
 
-def test_pytests_setup_state_gone_is_said_once(
-    ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+def test_the_parents_fixtures_the_next_test_no_longer_needs_finish_after_a_marked_test(
+    ourtester: pytest.Pytester,
 ) -> None:
+    """As pytest's own protocol does after each test: a module's fixtures that ran in the
+    parent finish once its last test, marked, is done, before the next module's first test;
+    a fixture that fails to finish is that test's error at teardown."""
     ourtester.makeconftest(
         """
-        import os
         import pytest
 
-        def in_test_process():  # the parent session runs in the process that runs this test
-            return os.getpid() != int(os.environ["SETUPSTATE_TEST_PARENT_PID"])
+        FINISHED = []
 
-        @pytest.hookimpl(trylast=True)
-        def pytest_sessionstart(session):
-            if not in_test_process():
-                session.kept_setupstate, session._setupstate = session._setupstate, None
-
-        @pytest.hookimpl(wrapper=True, tryfirst=True)
-        def pytest_sessionfinish(session):
-            if not in_test_process():
-                session._setupstate = session.kept_setupstate
-            return (yield)
+        @pytest.fixture(scope="module")
+        def resource(request):
+            yield
+            FINISHED.append(request.module.__name__)
+            if request.module.__name__ == "test_b":
+                raise RuntimeError("finishing-fails")
         """
     )
     ourtester.makepyfile(
-        """
+        test_a="""
         import pytest
 
-        pytestmark = pytest.mark.cudagraph_subprocess
-
-        def test_1():
+        def test_in_parent(resource):
             pass
 
-        def test_2():
+        @pytest.mark.cudagraph_subprocess
+        def test_marked():
             pass
-        """
+        """,
+        test_b="""
+        import pytest
+        from conftest import FINISHED
+
+        def test_next(resource):
+            assert FINISHED == ["test_a"]
+
+        @pytest.mark.cudagraph_subprocess
+        def test_marked_last():
+            pass
+        """,
+        test_c="""
+        from conftest import FINISHED
+
+        def test_after():
+            assert FINISHED == ["test_a", "test_b"]
+        """,
     )
-    # The session runs in this process; its test processes inherit the variable.
-    monkeypatch.setenv("SETUPSTATE_TEST_PARENT_PID", str(os.getpid()))
-    result = ourtester.runpytest()
-    result.assert_outcomes(passed=2, warnings=1)
-    result.stdout.fnmatch_lines(["*CudagraphGuardWarning: *has no Session._setupstate*"])
+    result = ourtester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=5, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_marked_last*", "*finishing-fails*"])
 
 
 def _plugin_the_zygote_cannot_import(ourtester: pytest.Pytester) -> Path:

@@ -248,7 +248,7 @@ PACKAGE_DIR = os.path.dirname(pytest_cudagraph_guard.__file__)
 PARENT_ONLY = [
     "pytest_cudagraph_guard.isolation.runner",
     "pytest_cudagraph_guard.isolation.pool",
-    "pytest_cudagraph_guard.isolation.waits",
+    "pytest_cudagraph_guard.isolation.processes",
     "pytest_cudagraph_guard.isolation.folders",
 ]
 
