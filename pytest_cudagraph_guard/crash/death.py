@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Final
@@ -239,13 +239,11 @@ def log_process_death(
     reporting: bool,
     settings: dict[str, SettingEntry],
     env: dict[str, str],
-    say: Callable[[str], None] | None = None,
 ) -> None:
     """Logs the reports ``item``'s process (``pid``) did not send after the phases ``logged``:
     the first one missing failed (or ``xfailed``) with the death's text, then a teardown; with
     ``reporting``, the last carries the test's record, with the ``settings`` the marker set and
-    the ``env`` the process was given. ``say`` (a notice for the user) has nothing left to
-    tell: it goes once the runner no longer passes it."""
+    the ``env`` the process was given."""
     ran = bool(logged)
     full_trace = bool(getattr(item.config.option, "fulltrace", False))
     text = crash_text(

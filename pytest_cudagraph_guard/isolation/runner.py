@@ -206,7 +206,6 @@ class TestRunner:
             reporting=self.recording,
             settings={key: setting_entry(value, "test") for key, value in switched(marker).items()},
             env=user_torch_env(request["env"]),
-            say=self.notices.append,
         )
 
 
