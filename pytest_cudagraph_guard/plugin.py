@@ -130,9 +130,13 @@ class Features:
         session = _session_with_processes(collector)
         if session is None:
             return (yield)
-        from .isolation.preloads import module_collection_finished, module_collection_started
+        from .isolation.preloads import (
+            imports_last_seen,
+            module_collection_finished,
+            module_collection_started,
+        )
 
-        _isolation(session).prestart()
+        _isolation(session).prestart(imports_last_seen(collector))
         module_collection_started(collector)
         report = yield
         module_collection_finished(collector)

@@ -19,6 +19,7 @@ from ..fault_guard import Part, guards
 
 if TYPE_CHECKING:
     from .runner import TestRunner
+    from .wire import ModuleImports
 
 _isolation_key = pytest.StashKey["IsolationPlugin"]()
 
@@ -94,10 +95,11 @@ class IsolationPlugin:
         if self._runner is not None:
             self._runner.pool.close_zygotes(wait=exitstatus != pytest.ExitCode.INTERRUPTED)
 
-    def prestart(self) -> None:
+    def prestart(self, ahead: ModuleImports | None = None) -> None:
         """Starts the session's first test process ahead, so that its imports overlap those of
-        the module being collected."""
-        self._test_runner().prestart()
+        the module being collected, which its zygote loads meanwhile where a session saw them
+        (``ahead``)."""
+        self._test_runner().prestart(ahead)
 
     def _test_runner(self) -> TestRunner:
         if self._runner is None:

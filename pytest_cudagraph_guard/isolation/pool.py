@@ -33,12 +33,14 @@ from .wire import (
     TERMINAL_FDS_VARIABLE,
     FrameReader,
     Learn,
+    ModuleImports,
     ModuleLists,
     Reply,
     SessionHello,
     TestRequest,
     frame,
     run_frame,
+    walk_frame,
     write_request,
 )
 
@@ -92,6 +94,7 @@ class Zygote:
         self.longest_timeout = 0.0  # of the tests it ran: how long one may take to end
         self._modules_sent: ModuleLists | None = None  # the session's, as last sent
         self._imports_sent: set[str] = set()  # the test modules whose imports it was sent
+        self._walked_ahead: set[str] = set()  # and those it was asked to load ahead
         assert self.process.stdout is not None
         self._replies = FrameReader(self.process.stdout.fileno())
         self._send(frame("hello", **hello))
@@ -118,6 +121,13 @@ class Zygote:
         if reply.kind != "started":
             raise ZygoteRefused(f"the zygote would not fork: {reply.reason or reply.kind}")
         return reply.pid
+
+    def walk_ahead(self, imports: ModuleImports) -> None:
+        """Has the zygote load a test module's imports now, once a module: those its request
+        brings later are then loaded already."""
+        if imports["module"] not in self._walked_ahead:
+            self._walked_ahead.add(imports["module"])
+            self._send(walk_frame(imports))
 
     def new_to_it(self, learn: Learn) -> Learn:
         """Of ``learn``, the session's modules only where they changed since this zygote was
@@ -220,10 +230,13 @@ class ProcessPool:
         self._spawn_reason: str | None = None
         self._notices: list[str] = []
 
-    def prestart(self, env: dict[str, str]) -> None:
-        """Starts a zygote early, so that its imports overlap the session's collection."""
+    def prestart(self, env: dict[str, str], ahead: ModuleImports | None = None) -> None:
+        """Starts a zygote early, so that its imports overlap the session's collection; with
+        ``ahead`` (a test module's imports as a session last saw them), it loads them meanwhile."""
         if self._spawn_reason is None:
-            self._zygote(env)
+            zygote = self._zygote(env)
+            if ahead is not None:
+                zygote.walk_ahead(ahead)
 
     def start(self, request: TestRequest, folder: Path, learn: Learn) -> TestProcess:
         """Starts ``request``'s test process, its files in ``folder`` (from

@@ -1,15 +1,19 @@
 """What a zygote loads ahead for its test processes: what it loads first, which of the modules
 a session or a test process loaded it may load for the next test process, and what the parent's
-collection of a test module imported for it (:func:`module_collection_started`). Read by
-:mod:`.zygote`, :mod:`.ending`, :mod:`.runner`, :mod:`.pool` and the plugin's collection hooks."""
+collection of a test module imported for it (:func:`module_collection_started`), kept in
+pytest's cache for the next session's zygote to load while that session collects
+(:func:`imports_last_seen`). Read by :mod:`.zygote`, :mod:`.ending`, :mod:`.runner`,
+:mod:`.pool` and the plugin's collection hooks."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import site
 import sys
 import sysconfig
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, NamedTuple, TypedDict
@@ -165,6 +169,43 @@ def module_collection_finished(module: pytest.Module) -> None:
         names = [*earlier["names"], *(name for name in names if name not in earlier["names"])]
         work = sorted({*earlier["work"], *work})
     recorded[path] = {"module": path, "names": names, "work": work}
+    _keep(module.config, recorded[path])
+
+
+# pytest's cache: what each test module's import loaded when a session last collected it.
+_LAST_SEEN_PREFIX: Final = "cudagraph_guard/module-imports/"
+
+
+def imports_last_seen(module: pytest.Module) -> ModuleImports | None:
+    """What ``module``'s import loaded when a session last collected it (pytest's cache): a
+    zygote started as this session collects the module loads it meanwhile, instead of after the
+    collection; None where no session kept it."""
+    cache = getattr(module.config, "cache", None)
+    if cache is None:
+        return None
+    found = cache.get(_last_seen_key(str(module.path)), None)
+    if not isinstance(found, dict) or not all(
+        isinstance(found.get(key), list) and all(isinstance(name, str) for name in found[key])
+        for key in ("names", "work")
+    ):
+        return None
+    return {"module": str(module.path), "names": found["names"], "work": found["work"]}
+
+
+def _keep(config: pytest.Config, imports: ModuleImports) -> None:
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return
+    key = _last_seen_key(imports["module"])
+    kept = {"names": imports["names"], "work": imports["work"]}
+    if cache.get(key, None) != kept:
+        with warnings.catch_warnings():  # pytest's own, where its cache cannot be written
+            warnings.simplefilter("ignore")
+            cache.set(key, kept)
+
+
+def _last_seen_key(path: str) -> str:
+    return f"{_LAST_SEEN_PREFIX}{hashlib.sha256(path.encode()).hexdigest()[:32]}"
 
 
 def module_imports(item: pytest.Item) -> ModuleImports | None:

@@ -36,6 +36,7 @@ from .wire import (
     STDERR_NAME,
     STDOUT_NAME,
     Learn,
+    ModuleImports,
     SerializedReport,
     SessionHello,
     TestRequest,
@@ -99,9 +100,10 @@ class TestRunner:
         self.pool: ProcessPool = ProcessPool(self._hello(), names)
         self.notices: list[str] = []  # for the user, once each, as the next test's warnings
 
-    def prestart(self) -> None:
-        """Starts the session's first zygote ahead, so that its imports overlap collection."""
-        self.pool.prestart(process_environment(self.options.process_env))
+    def prestart(self, ahead: ModuleImports | None = None) -> None:
+        """Starts the session's first zygote ahead, so that its imports overlap collection, and
+        has it load ``ahead`` (a test module's imports as a session last saw them) meanwhile."""
+        self.pool.prestart(process_environment(self.options.process_env), ahead)
 
     def run(
         self, item: pytest.Item, nextitem: pytest.Item | None, marker: SubprocessOptions

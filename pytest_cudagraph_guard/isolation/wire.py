@@ -57,6 +57,7 @@ Kind = Literal[
     "expect",
     "request",
     "learn",
+    "walk",
     "ready",
     "started",
     "exited",
@@ -301,6 +302,18 @@ def run_of(found: Frame) -> str | None:
     """The request path of a ``run`` frame; None for any other frame."""
     path = found.get("request") if found["kind"] == "run" else None
     return path if isinstance(path, str) else None
+
+
+def walk_frame(imports: ModuleImports) -> bytes:
+    """Asks a zygote to load a test module's imports now, ahead of any request."""
+    return frame("walk", **imports)
+
+
+def walk_of(found: Frame) -> ModuleImports | None:
+    """The test module's imports of a ``walk`` frame; None for any other frame."""
+    if found["kind"] != "walk":
+        return None
+    return {"module": str(found["module"]), "names": found["names"], "work": found["work"]}
 
 
 def expected_of(found: Frame) -> str | None:

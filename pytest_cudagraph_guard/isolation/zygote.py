@@ -48,6 +48,7 @@ from .wire import (
     load_request,
     run_of,
     send,
+    walk_of,
 )
 
 _PARENT = os.getppid()
@@ -132,6 +133,9 @@ def serve() -> NoReturn:
         request_path = run_of(found)
         if request_path is not None:
             server.serve_one(request_path)
+        ahead = walk_of(found)
+        if ahead is not None:  # while the parent collects the module
+            learner.load_module_imports(ahead, server.spares, time.monotonic() + WALK_BEFORE_FORK_S)
     server.exit(wait=found is not None)
 
 

@@ -101,3 +101,63 @@ def test_a_test_module_s_installed_imports_are_loaded_once_before_its_first_test
     initialised = {int(line[0]) for line in logged(tester, "inits.log")}
     assert {int(line[0]) for line in ran} <= initialised  # each test process asked CUDA itself
     assert not zygotes & initialised  # the zygote never did
+
+
+# An installed module whose import, in the parent's collection, waits for a zygote (or its trial
+# fork) to have imported it: it says whether one had within the wait.
+AHEAD_LIBRARY = {
+    "__init__.py": "",
+    "slow.py": (
+        "import os, sys, time\n"
+        "with open('/proc/self/cmdline', 'rb') as own:\n"
+        "    in_a_zygote = b'serve' in own.read().split(b'\\0')\n"
+        "mark = os.environ['AHEAD_MARK']\n"
+        "if in_a_zygote:\n"
+        "    open(mark, 'a').close()\n"
+        "elif os.environ.get('AHEAD_WAIT_S'):\n"
+        "    deadline = time.monotonic() + float(os.environ['AHEAD_WAIT_S'])\n"
+        "    while not os.path.exists(mark) and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "    with open(os.environ['AHEAD_SAID'], 'w') as said:\n"
+        "        said.write('loaded by the zygote' if os.path.exists(mark) else 'not')\n"
+    ),
+}
+AHEAD_TEST = """
+import pytest
+import ahead_lib.slow
+
+@pytest.mark.cudagraph_subprocess
+def test_one():
+    pass
+"""
+
+
+def test_a_zygote_loads_a_module_s_imports_as_the_last_session_saw_them_while_it_is_collected(
+    ourtester: pytest.Pytester,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first session keeps what the module's import loaded in pytest's cache; the next one's
+    zygote, started as the module's collection starts, loads it while the parent still imports
+    the module (which waits for it), not only once the collection is done."""
+    site = tmp_path_factory.mktemp("installed")
+    (site / "ahead_lib").mkdir()
+    for name, text in AHEAD_LIBRARY.items():
+        (site / "ahead_lib" / name).write_text(text)
+    inherited = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(site), *([inherited] if inherited else [])])
+    )
+    mark, said = ourtester.path / "zygote-imported", ourtester.path / "said.txt"
+    monkeypatch.setenv("AHEAD_MARK", str(mark))
+    monkeypatch.setenv("AHEAD_SAID", str(said))
+    ourtester.makepyfile(test_ahead=AHEAD_TEST)
+    ourtester.runpytest_subprocess().assert_outcomes(passed=1)  # keeps the module's imports
+    mark.unlink()
+    monkeypatch.setenv("AHEAD_WAIT_S", "30")
+    ourtester.runpytest_subprocess().assert_outcomes(passed=1)
+    assert said.read_text() == "loaded by the zygote"
+    mark.unlink()
+    monkeypatch.setenv("AHEAD_WAIT_S", "1")  # it cannot come: the zygote walks after the import
+    ourtester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert said.read_text() == "not"  # no cache, nothing known ahead: loaded after collection

@@ -87,6 +87,16 @@ def test_a_run_frame_carries_its_request_path_spaces_and_all() -> None:
     assert wire.run_of(wire.decode(wire.frame("expect", nodearg=path))) is None
 
 
+def test_a_walk_frame_carries_a_test_module_s_imports_and_nothing_else_is_one() -> None:
+    imports: wire.ModuleImports = {
+        "module": "/a b/test_x.py",
+        "names": ["x", "x.y"],
+        "work": ["isa"],
+    }
+    assert wire.walk_of(wire.decode(wire.walk_frame(imports))) == imports
+    assert wire.walk_of(wire.decode(wire.run_frame("/a b/request.jsonl"))) is None
+
+
 def test_a_zygotes_request_file_carries_only_what_is_new_to_learn(tmp_path: Path) -> None:
     request_path = tmp_path / "request.jsonl"
     imports: wire.ModuleImports = {"module": "/t/test_a.py", "names": ["numpy"], "work": []}
