@@ -8,10 +8,11 @@ release, e.g. ``test/inductor/test_move_constructors_to_cuda.py``; their package
 installed), each importing ``torch.testing._internal.inductor_utils`` or the like. In pairs, in
 one run: the folder under ``--cudagraph-subprocess -n 4`` against in-process ``-n 4`` (goal
 <= 2x), every test's outcome compared; serially, ``--serial MODULE`` in its own processes against
-in-process (after a run that keeps the module's imports in pytest's cache, as a suite's second
-run finds them), the cost a test beyond its own time ((subprocess - in-process) / tests, goal <= 1.5 s)
-beside its floor: what must follow CUDA in that module, the rest of its import in a process
-forked from one that loaded, as the zygote does, everything of its import that keeps forks sound.
+in-process (after a run that keeps the module's imports in pytest's cache, as a suite's
+second run finds them), the cost a test beyond its own time ((subprocess - in-process) / tests,
+goal <= 1.5 s) beside its floor: what must follow CUDA in that module, the rest of its import
+in a process forked from one that loaded, as the zygote does, everything of its import that
+keeps forks sound.
 
 ``--report-suite N``: N tests that capture and replay a small CUDA graph with
 ``torch.cuda.graph`` (never ``torch.compile``), ``-n 4``: ``--cudagraph-report`` against the
