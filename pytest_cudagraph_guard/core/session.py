@@ -10,16 +10,14 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
+from .stash import test_process_key
+
 if TYPE_CHECKING:
     from .options import PluginOptions
 
 # Makes ``change`` and takes what it changed into the leak guard's baseline: a change of the
 # session's own (as a shared fixture's), not a test's leak.
 TakeIn = Callable[[Callable[[], None]], None]
-
-# Set by a test process's own plugin before its session configures: the session runs one
-# marked test of the parent's.
-test_process_key = pytest.StashKey[bool]()
 
 
 class PluginNames:

@@ -5,7 +5,7 @@ each group of identical entries, beside the ``cudagraph`` record itself. Registe
 
 from __future__ import annotations
 
-from typing import Final, cast
+from typing import Final
 
 import pytest
 
@@ -36,7 +36,7 @@ class JUnitProperties:
             return
         record = report.user_properties[names.index(USER_PROPERTY)][1]
         if isinstance(record, dict):
-            report.user_properties.extend(junit_properties(cast(TestRecord, record)))
+            report.user_properties.extend(junit_properties(TestRecord.from_json(record)))
 
 
 def junit_properties(record: TestRecord) -> list[tuple[str, str]]:

@@ -23,12 +23,12 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 
 from .._torch.faults import Loss
-from ..core.records import TestRecord
+from ..core.records import TestRecord, to_json
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
 from ..crash.activity_journal import CrashJournal
@@ -113,7 +113,7 @@ class SessionJournal:
                 item.__dict__["runtest"] = before
 
     def add(self, record: TestRecord) -> None:
-        self._append({"record": record})
+        self._append({"record": to_json(record)})
 
     def end(self) -> None:
         """The session ended: the journal goes, unless it is kept."""
@@ -124,7 +124,7 @@ class SessionJournal:
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
 
-    def _append(self, line: dict[str, Any]) -> None:
+    def _append(self, line: dict[str, object]) -> None:
         if self._fd is None:
             return
         try:
@@ -180,7 +180,8 @@ def read_session_journal(path: Path) -> DeadSession:
         if "started" in entry:
             started.append(str(entry["started"]))
         elif isinstance(entry.get("record"), dict):
-            records[str(entry["record"].get("nodeid"))] = entry["record"]
+            record = TestRecord.from_json(entry["record"])
+            records[record.nodeid] = record
     found.records = [records[nodeid] for nodeid in sorted(records)]
     found.running = [nodeid for nodeid in dict.fromkeys(started) if nodeid not in records]
     if started:
