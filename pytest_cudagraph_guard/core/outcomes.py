@@ -1,5 +1,5 @@
-"""Test outcomes as pytest reports them (a test's, from its phases'), and a skip raised from the
-plugin's own code."""
+"""A test's skip raised from the plugin's own code, and how the plugin tells such an outcome
+from an error."""
 
 from __future__ import annotations
 
@@ -20,22 +20,3 @@ def skip_test(reason: str) -> NoReturn:
 def is_skip_or_xfail(exc: BaseException) -> bool:
     """An outcome raised as an exception (``pytest.skip``, ``pytest.xfail``), not an error."""
     return isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception))
-
-
-def phase_outcome(report: pytest.TestReport) -> str:
-    if hasattr(report, "wasxfail"):
-        return "xfailed" if report.skipped else "xpassed"
-    return str(report.outcome)
-
-
-def overall_outcome(outcomes: dict[str, str]) -> str:
-    """A test's outcome from its phases' outcomes."""
-    setup = outcomes.get("setup", "passed")
-    if setup == "failed":
-        return "error"
-    if setup != "passed":
-        return setup
-    call = outcomes.get("call", "passed")
-    if call == "passed" and outcomes.get("teardown") == "failed":
-        return "error"
-    return call

@@ -4,16 +4,16 @@ type's call; a field left out has its default.
 
 And their one JSON boundary: :func:`to_json` turns a record into what the JSON report holds, what
 rides on a test's report as the user property ``cudagraph`` (across pytest-xdist and test
-processes) and what the ``pytest_cudagraph_record`` hook gets; each record's ``from_json`` reads
-it back (a field the JSON lacks keeps its default; a key no field has is left out).
+processes) and what the ``pytest_cudagraph_record`` hook gets; :func:`from_json` reads it back (a
+field the JSON lacks keeps its default; a key no field has is left out).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from functools import partial
-from typing import Any, Final, TypeAlias, TypeVar
+from functools import cache
+from typing import Any, Final, TypeAlias, TypeVar, cast, get_args, get_origin, get_type_hints
 
 from ..versions import Versions
 from .entries import ErrorEntry, LeakEntry, SettingEntry
@@ -65,16 +65,6 @@ class Activity:
     by_thread: dict[str, ThreadActivity] = field(default_factory=dict)
     earlier_compiled: int = 0  # graphs the test ran that an earlier test compiled
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Activity:
-        return _read(
-            cls,
-            data,
-            compiled=_list_of(partial(_read, CompiledEntry)),
-            skips=_list_of(partial(_read, SkipEntry)),
-            by_thread=lambda found: {t: _read(ThreadActivity, c) for t, c in found.items()},
-        )
-
 
 @dataclass(slots=True)
 class TestRecord:
@@ -95,18 +85,6 @@ class TestRecord:
     settings_varied: dict[str, list[Any]] = field(default_factory=dict)  # several values, in order
     uses_plugin: bool = False  # a fixture or marker of the plugin
     applied_by: str | None = None  # the option that applied the plugin's marker
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TestRecord:
-        return _read(
-            cls,
-            data,
-            settings=_settings,
-            activity=Activity.from_json,
-            errors=_list_of(partial(_read, ErrorEntry)),
-            leaks=_list_of(partial(_read, LeakEntry)),
-            settings_at_end=_settings,
-        )
 
 
 @dataclass(frozen=True)
@@ -137,16 +115,6 @@ class ReportDocument:
     tests: list[TestRecord]
     summary: ReportSummary
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ReportDocument:
-        return _read(
-            cls,
-            data,
-            environment=lambda found: _read(Environment, found),
-            tests=_list_of(TestRecord.from_json),
-            summary=lambda found: _read(ReportSummary, found),
-        )
-
 
 def to_json(record: object) -> Any:
     """A record (or a list or dict of them) as JSON holds it: each record an object of its
@@ -163,16 +131,30 @@ def to_json(record: object) -> Any:
 R = TypeVar("R")
 
 
-def _read(cls: Callable[..., R], data: Mapping[str, Any], **read: Callable[[Any], object]) -> R:
-    """A record of type ``cls`` from its JSON object: each field ``data`` holds, read by the
-    function ``read`` names for it (a nested record's ``from_json``), else as it is."""
-    known = (f.name for f in fields(cls) if f.name in data)  # type: ignore[arg-type]
-    return cls(**{name: read[name](data[name]) if name in read else data[name] for name in known})
+def from_json(record_type: type[R], data: Mapping[str, Any]) -> R:
+    """A record of ``record_type`` from the JSON of :func:`to_json`: each field ``data`` holds,
+    a record (or a list or dict of them) where the field's type says so."""
+    types = _field_types(cast(type, record_type))
+    return record_type(**{name: _read(types[name], data[name]) for name in types if name in data})
 
 
-def _list_of(read: Callable[[Any], R]) -> Callable[[list[Any]], list[R]]:
-    return lambda found: [read(item) for item in found]
+def _read(field_type: Any, value: Any) -> Any:
+    origin, args = get_origin(field_type), get_args(field_type)
+    if _is_record(field_type):
+        return from_json(field_type, value)
+    if origin is list and _is_record(args[0]):
+        return [from_json(args[0], item) for item in value]
+    if origin is dict and _is_record(args[1]):
+        return {key: from_json(args[1], item) for key, item in value.items()}
+    return value
 
 
-def _settings(found: Mapping[str, Any]) -> dict[str, SettingEntry]:
-    return {key: _read(SettingEntry, entry) for key, entry in found.items()}
+def _is_record(field_type: object) -> bool:
+    return isinstance(field_type, type) and is_dataclass(field_type)
+
+
+@cache
+def _field_types(record_type: type) -> dict[str, object]:
+    """Each field's type, by name (looked up once per record type)."""
+    hints = get_type_hints(record_type)
+    return {f.name: hints[f.name] for f in fields(record_type)}

@@ -18,7 +18,7 @@ from .._torch.torch_env import UserEnvReader
 from ..core.entries import ErrorEntry, SettingEntry
 from ..core.markers import plugin_marks
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
-from ..core.outcomes import is_skip_or_xfail, overall_outcome, phase_outcome
+from ..core.outcomes import is_skip_or_xfail
 from ..core.records import USER_PROPERTY, Activity, TestRecord, to_json
 from ..core.settings import SettingsReader
 from ..core.stash import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
@@ -240,6 +240,25 @@ def _uses_plugin(item: pytest.Item, *, cudagraphs_on: bool) -> bool:
         return True
     marks = plugin_marks(item)  # looked up once per test
     return marks.thread is not None or marks.process is not None or bool(marks.main_thread)
+
+
+def phase_outcome(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    return str(report.outcome)
+
+
+def overall_outcome(outcomes: dict[str, str]) -> str:
+    """A test's outcome from its phases' outcomes."""
+    setup = outcomes.get("setup", "passed")
+    if setup == "failed":
+        return "error"
+    if setup != "passed":
+        return setup
+    call = outcomes.get("call", "passed")
+    if call == "passed" and outcomes.get("teardown") == "failed":
+        return "error"
+    return call
 
 
 # -- --cudagraph-fail-on: the entries of a record whose kind the session fails on ------------

@@ -28,7 +28,7 @@ from typing import Final
 import pytest
 
 from .._torch.faults import Loss
-from ..core.records import TestRecord, to_json
+from ..core.records import TestRecord, from_json, to_json
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
 from ..crash.activity_journal import CrashJournal
@@ -180,7 +180,7 @@ def read_session_journal(path: Path) -> DeadSession:
         if "started" in entry:
             started.append(str(entry["started"]))
         elif isinstance(entry.get("record"), dict):
-            record = TestRecord.from_json(entry["record"])
+            record = from_json(TestRecord, entry["record"])
             records[record.nodeid] = record
     found.records = [records[nodeid] for nodeid in sorted(records)]
     found.running = [nodeid for nodeid in dict.fromkeys(started) if nodeid not in records]

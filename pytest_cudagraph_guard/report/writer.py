@@ -15,7 +15,7 @@ import pytest
 from .._torch import runtime
 from .._torch.faults import Loss
 from ..core.options import applied_lines
-from ..core.records import USER_PROPERTY, Environment, ReportDocument, TestRecord
+from ..core.records import USER_PROPERTY, Environment, ReportDocument, TestRecord, from_json
 from ..core.report_formats import ReportFormat
 from ..fault_guard import Part, guards
 from .render import (
@@ -66,7 +66,7 @@ class ReportWriter:
         found = [v for n, v in report.user_properties if n == USER_PROPERTY and isinstance(v, dict)]
         record = found[-1] if found else carried_record(report)
         if record is not None:
-            self.records[report.nodeid] = TestRecord.from_json(record)  # JSON across processes
+            self.records[report.nodeid] = from_json(TestRecord, record)  # JSON across processes
             if self.journal is not None:
                 self.journal.add(self.records[report.nodeid])
 
