@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from .stash import test_process_key
-
 if TYPE_CHECKING:
     from .options import PluginOptions
 
@@ -51,6 +49,8 @@ class PluginSession:
     @property
     def in_test_process(self) -> bool:
         """Whether the session is a ``cudagraph_subprocess`` test process's."""
+        from .stash import test_process_key  # not at the plugin's load: no session needs it then
+
         return test_process_key in self.config.stash
 
     @property

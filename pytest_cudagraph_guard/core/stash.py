@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pytest
 
-from .entries import ErrorEntry, LeakEntry, SettingEntry
+if TYPE_CHECKING:
+    from .entries import ErrorEntry, LeakEntry, SettingEntry
 
 
 @dataclass
