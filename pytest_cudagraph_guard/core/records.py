@@ -10,9 +10,9 @@ field the JSON lacks keeps its default; a key no field has is left out).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any, Final, TypeAlias, TypeVar, cast, get_args, get_origin, get_type_hints
 
 from ..versions import Versions
@@ -119,42 +119,53 @@ class ReportDocument:
 def to_json(record: object) -> Any:
     """A record (or a list or dict of them) as JSON holds it: each record an object of its
     fields, in their order; a tuple a list."""
-    if is_dataclass(record) and not isinstance(record, type):
-        return {f.name: to_json(getattr(record, f.name)) for f in fields(record)}
-    if isinstance(record, (list, tuple)):
-        return [to_json(value) for value in record]
+    if type(record) in _PLAIN:
+        return record
     if isinstance(record, dict):
-        return {key: to_json(value) for key, value in record.items()}
-    return record
+        return {k: v if type(v) in _PLAIN else to_json(v) for k, v in record.items()}
+    if isinstance(record, (list, tuple)):
+        return [v if type(v) in _PLAIN else to_json(v) for v in record]
+    record_type: type = type(record)
+    if not is_dataclass(record_type):
+        return record
+    return {name: to_json(getattr(record, name)) for name, _ in _field_readers(record_type)}
 
 
+# What JSON holds as it is: most of a record's values (checked before a call, for speed).
+_PLAIN: Final = frozenset({str, int, float, bool, type(None)})
 R = TypeVar("R")
+# Reads a field's value from JSON: a record, a list or dict of records; None: taken as it is.
+Reader: TypeAlias = "Callable[[Any], object] | None"
 
 
 def from_json(record_type: type[R], data: Mapping[str, Any]) -> R:
     """A record of ``record_type`` from the JSON of :func:`to_json`: each field ``data`` holds,
     a record (or a list or dict of them) where the field's type says so."""
-    types = _field_types(cast(type, record_type))
-    return record_type(**{name: _read(types[name], data[name]) for name in types if name in data})
+    found = {
+        name: data[name] if read is None else read(data[name])
+        for name, read in _field_readers(cast(type, record_type))
+        if name in data
+    }
+    return record_type(**found)
 
 
-def _read(field_type: Any, value: Any) -> Any:
+@cache
+def _field_readers(record_type: type) -> tuple[tuple[str, Reader], ...]:
+    """Each field's name and reader, in order (made once per record type, from its types)."""
+    hints = get_type_hints(record_type)
+    return tuple((f.name, _reader(hints[f.name])) for f in fields(record_type))
+
+
+def _reader(field_type: Any) -> Reader:
     origin, args = get_origin(field_type), get_args(field_type)
     if _is_record(field_type):
-        return from_json(field_type, value)
+        return partial(from_json, field_type)
     if origin is list and _is_record(args[0]):
-        return [from_json(args[0], item) for item in value]
+        return lambda value: [from_json(args[0], item) for item in value]
     if origin is dict and _is_record(args[1]):
-        return {key: from_json(args[1], item) for key, item in value.items()}
-    return value
+        return lambda value: {key: from_json(args[1], item) for key, item in value.items()}
+    return None
 
 
 def _is_record(field_type: object) -> bool:
     return isinstance(field_type, type) and is_dataclass(field_type)
-
-
-@cache
-def _field_types(record_type: type) -> dict[str, object]:
-    """Each field's type, by name (looked up once per record type)."""
-    hints = get_type_hints(record_type)
-    return {f.name: hints[f.name] for f in fields(record_type)}

@@ -28,7 +28,7 @@ from typing import Final
 import pytest
 
 from .._torch.faults import Loss
-from ..core.records import TestRecord, from_json, to_json
+from ..core.records import JsonObject, TestRecord, from_json
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
 from ..crash.activity_journal import CrashJournal
@@ -112,8 +112,9 @@ class SessionJournal:
             else:
                 item.__dict__["runtest"] = before
 
-    def add(self, record: TestRecord) -> None:
-        self._append({"record": to_json(record)})
+    def add(self, record: JsonObject) -> None:
+        """A test's record, as it arrived (:func:`..core.records.to_json` made it)."""
+        self._append({"record": record})
 
     def end(self) -> None:
         """The session ended: the journal goes, unless it is kept."""

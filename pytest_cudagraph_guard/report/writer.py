@@ -68,7 +68,7 @@ class ReportWriter:
         if record is not None:
             self.records[report.nodeid] = from_json(TestRecord, record)  # JSON across processes
             if self.journal is not None:
-                self.journal.add(self.records[report.nodeid])
+                self.journal.add(record)
 
     @pytest.hookimpl(trylast=True)
     @guards(PART)
