@@ -1,11 +1,10 @@
 """The report's records: a test's (:class:`TestRecord`, with its :class:`Activity`), the session's
-environment and summary, and the whole report (:class:`ReportDocument`). Each is built by its
-type's call; a field left out has its default.
+environment and summary, the whole report (:class:`ReportDocument`); each built by its type's call.
 
-And their one JSON boundary: :func:`to_json` turns a record into what the JSON report holds, what
-rides on a test's report as the user property ``cudagraph`` (across pytest-xdist and test
-processes) and what the ``pytest_cudagraph_record`` hook gets; :func:`from_json` reads it back (a
-field the JSON lacks keeps its default; a key no field has is left out).
+And their one JSON boundary: :func:`to_json` makes what the JSON report holds, what rides on a
+test's report as the user property ``cudagraph`` (across pytest-xdist and test processes) and what
+the ``pytest_cudagraph_record`` hook gets; :func:`from_json` reads it back (a field the JSON lacks
+keeps its default; a key no field has is left out).
 """
 
 from __future__ import annotations
@@ -80,8 +79,7 @@ class TestRecord:
     activity: Activity = field(default_factory=Activity)
     errors: list[ErrorEntry] = field(default_factory=list)
     leaks: list[LeakEntry] = field(default_factory=list)
-    # keys whose value at the end differs (JSON only)
-    settings_at_end: dict[str, SettingEntry] = field(default_factory=dict)
+    settings_at_end: dict[str, SettingEntry] = field(default_factory=dict)  # where other (JSON)
     settings_varied: dict[str, list[Any]] = field(default_factory=dict)  # several values, in order
     uses_plugin: bool = False  # a fixture or marker of the plugin
     applied_by: str | None = None  # the option that applied the plugin's marker
@@ -134,8 +132,7 @@ def to_json(record: object) -> Any:
 # What JSON holds as it is: most of a record's values (checked before a call, for speed).
 _PLAIN: Final = frozenset({str, int, float, bool, type(None)})
 R = TypeVar("R")
-# Reads a field's value from JSON: a record, a list or dict of records; None: taken as it is.
-Reader: TypeAlias = "Callable[[Any], object] | None"
+Reader: TypeAlias = "Callable[[Any], object] | None"  # of a field's JSON; None: taken as it is
 
 
 def from_json(record_type: type[R], data: Mapping[str, Any]) -> R:
@@ -158,14 +155,10 @@ def _field_readers(record_type: type) -> tuple[tuple[str, Reader], ...]:
 
 def _reader(field_type: Any) -> Reader:
     origin, args = get_origin(field_type), get_args(field_type)
-    if _is_record(field_type):
-        return partial(from_json, field_type)
-    if origin is list and _is_record(args[0]):
+    if is_dataclass(field_type):
+        return partial(from_json, cast(type, field_type))
+    if origin is list and is_dataclass(args[0]):
         return lambda value: [from_json(args[0], item) for item in value]
-    if origin is dict and _is_record(args[1]):
+    if origin is dict and is_dataclass(args[1]):
         return lambda value: {key: from_json(args[1], item) for key, item in value.items()}
     return None
-
-
-def _is_record(field_type: object) -> bool:
-    return isinstance(field_type, type) and is_dataclass(field_type)
