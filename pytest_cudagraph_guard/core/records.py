@@ -132,18 +132,14 @@ def to_json(record: object) -> Any:
 # What JSON holds as it is: most of a record's values (checked before a call, for speed).
 _PLAIN: Final = frozenset({str, int, float, bool, type(None)})
 R = TypeVar("R")
-Reader: TypeAlias = "Callable[[Any], object] | None"  # of a field's JSON; None: taken as it is
+Reader: TypeAlias = "Callable[[Any], object]"  # a field's value from its JSON
 
 
 def from_json(record_type: type[R], data: Mapping[str, Any]) -> R:
     """A record of ``record_type`` from the JSON of :func:`to_json`: each field ``data`` holds,
     a record (or a list or dict of them) where the field's type says so."""
-    found = {
-        name: data[name] if read is None else read(data[name])
-        for name, read in _field_readers(cast(type, record_type))
-        if name in data
-    }
-    return record_type(**found)
+    readers = _field_readers(cast(type, record_type))
+    return record_type(**{name: read(data[name]) for name, read in readers if name in data})
 
 
 @cache
@@ -161,4 +157,4 @@ def _reader(field_type: Any) -> Reader:
         return lambda value: [from_json(args[0], item) for item in value]
     if origin is dict and is_dataclass(args[1]):
         return lambda value: {key: from_json(args[1], item) for key, item in value.items()}
-    return None
+    return lambda value: value  # taken as it is
