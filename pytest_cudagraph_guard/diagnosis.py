@@ -17,15 +17,14 @@ from typing import Final
 import pytest
 
 from ._torch import faults, runtime
-from .core.records import (
+from .core.entries import ErrorEntry
+from .core.kinds import (
     CAPTURE_CONFLICT,
     OVERWRITTEN_OUTPUT,
     POOL_LEAK,
     THREAD_ERROR,
     TLS_CORRUPT,
     TLS_MISSING,
-    ErrorEntry,
-    error_entry,
 )
 
 FIXED_IN: Final = (2, 13)
@@ -338,7 +337,7 @@ def error_record(
     found = diagnose(exc, thread_name)
     if (found is None or found.kind == THREAD_ERROR) and diagnose_hook is not None:
         found = diagnose_hook(exc, thread_name) or found
-    return error_entry(
+    return ErrorEntry(
         thread_name,
         type_name(exc),
         str(exc),

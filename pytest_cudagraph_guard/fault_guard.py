@@ -269,10 +269,12 @@ def note_failure(
 
     faults.note_internal_error(loss, error, stops=stops)
     if item is not None:
-        from .core.records import PLUGIN_ERROR, error_entry, plugin_errors_key
+        from .core.entries import ErrorEntry
+        from .core.kinds import PLUGIN_ERROR
+        from .core.stash import plugin_errors_key
         from .diagnosis import short_traceback, type_name
 
-        entry = error_entry(
+        entry = ErrorEntry(
             threading.current_thread().name,
             type_name(error),
             f"{loss.feature}: {loss.loses}: {error}",

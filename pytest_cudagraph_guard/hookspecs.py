@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .core.records import TestRecord
+    from .core.records import JsonObject
     from .diagnosis import Diagnosis
 
 
@@ -29,5 +29,6 @@ def pytest_cudagraph_report_keys(config: pytest.Config) -> list[str]:
 
 
 @pytest.hookspec
-def pytest_cudagraph_record(item: pytest.Item, record: TestRecord) -> None:
-    """Called once per reported test with its finished record (builtin types only)."""
+def pytest_cudagraph_record(item: pytest.Item, record: JsonObject) -> None:
+    """Called once per reported test with its finished record, as the JSON report holds it
+    (builtin types only); what the hook changes in it, the report shows."""

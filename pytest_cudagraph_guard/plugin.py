@@ -172,7 +172,7 @@ class Features:
         from ._torch import runtime
         from .core.markers import checked_marks, plugin_marks
         from .core.options import plugin_options
-        from .core.records import NO_CUDA, NO_TORCH, skip_test
+        from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
 
         if plugin_marks(item) == _NO_MARKS:
             return
@@ -236,7 +236,7 @@ def _start_report(session: PluginSession) -> None:
         from .report.session_journal import start_session_journal
 
         journal = start_session_journal(session)
-        writer = ReportWriter(list(options.report), options.as_record(), journal)
+        writer = ReportWriter(list(options.report), options, journal)
         config.pluginmanager.register(writer, PluginNames.REPORT_WRITER)
 
 

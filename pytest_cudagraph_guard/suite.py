@@ -15,7 +15,7 @@ from ._torch import runtime
 from ._torch.faults import Loss
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
 from .core.options import applied_lines, plugin_options
-from .core.records import applied_by_key
+from .core.stash import applied_by_key
 from .fault_guard import Part, guards
 
 if TYPE_CHECKING:

@@ -4,15 +4,16 @@ the session's options to it. Standard library only, beneath every layer, so that
 
 from __future__ import annotations
 
-from typing import TypedDict
+from dataclasses import dataclass, field
 
 
-class Versions(TypedDict):
+@dataclass(frozen=True)
+class Versions:
     """What a report says the session ran with (None: not installed or not known)."""
 
     python: str
-    torch: str | None
-    triton: str | None
-    cuda: str | None
-    driver: str | None
-    gpus: list[str]
+    torch: str | None = None
+    triton: str | None = None
+    cuda: str | None = None
+    driver: str | None = None
+    gpus: list[str] = field(default_factory=list)

@@ -86,20 +86,18 @@ def versions() -> Versions:
         triton: ModuleType | None = import_quietly("triton")
     except ImportError:
         triton = None
-    found = Versions(
+    visible = cuda_visible()
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if visible else []
+    )
+    return Versions(
         python=platform.python_version(),
         torch=str(torch.__version__),
         triton=getattr(triton, "__version__", None),
         cuda=getattr(torch.version, "cuda", None),
-        driver=None,
-        gpus=[],
+        gpus=gpus,
+        driver=_driver_version() if visible else None,
     )
-    if cuda_visible():
-        found["gpus"] = [
-            torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())
-        ]
-        found["driver"] = _driver_version()
-    return found
 
 
 def _driver_version() -> str | None:

@@ -178,10 +178,11 @@ def _mismatch_reason(siblings: Iterable[Any]) -> str:
     return UNNAMED_MISMATCH
 
 
-def _on_tree_cudagraphify(args: tuple[object, ...], kwargs: dict[str, Any]) -> None:
+def _on_tree_cudagraphify(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
     model = kwargs.get("model", args[0] if args else None)
     if _times_made(model):
-        name = name_from_traces(kwargs.get("stack_traces"))
+        traces = kwargs.get("stack_traces")
+        name = name_from_traces(traces if isinstance(traces, Iterable) else None)
         emit(Rerecorded(thread_label(), name or str(getattr(model, "__name__", model)), NEW_SIZES))
 
 

@@ -14,7 +14,7 @@ from typing import Any, Final, NamedTuple
 
 import pytest
 
-from .records import applied_by_key
+from .stash import applied_by_key
 
 THREAD_MARKER: Final = "cudagraph_thread"
 SUBPROCESS_MARKER: Final = "cudagraph_subprocess"

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import pytest
 
+from .kinds import ALL_KINDS
 from .markers import (
     ENV_NAME_RULE,
     SUBPROCESS_MARKER,
@@ -23,11 +24,7 @@ from .markers import (
     ThreadOptions,
     is_env_name,
 )
-from .records import ALL_KINDS
 from .report_formats import FORMAT_HELP, ReportFormat, report_formats
-
-if TYPE_CHECKING:
-    from .records import OptionsRecord
 
 DEFAULT_ORIGIN: Final = "default"
 INI_PREFIX: Final = "cudagraph_"
@@ -109,20 +106,14 @@ class PluginOptions(NamedTuple):
         else ``ini option cudagraph_...``."""
         return next((o for n, o in self.origins if n == field), option_flag(field))
 
-    def as_record(self) -> OptionsRecord:
-        """The options as the report's environment shows them (``settings`` is never on in a
-        session that runs tests)."""
-        return {
-            "guard": self.guard,
+    def as_json(self) -> dict[str, object]:
+        """The options as the report's environment shows them, field by field (``settings`` is
+        never on in a session that runs tests)."""
+        shown: dict[str, object] = self._asdict()
+        del shown["settings"]
+        return shown | {
             "report": [str(fmt) for fmt in self.report],
-            "threads": self.threads,
-            "tls": self.tls,
-            "subprocess": self.subprocess,
-            "on": self.on,
-            "timeout": self.timeout,
             "fail_on": sorted(self.fail_on),
-            "cuda_ahead": self.cuda_ahead,
-            "spares": self.spares,
             "process_env": dict(self.process_env),
             "origins": {name: origin for name, origin in self.origins if name != "settings"},
         }

@@ -17,10 +17,6 @@ if TYPE_CHECKING:
 # session's own (as a shared fixture's), not a test's leak.
 TakeIn = Callable[[Callable[[], None]], None]
 
-# Set by a test process's own plugin before its session configures: the session runs one
-# marked test of the parent's.
-test_process_key = pytest.StashKey[bool]()
-
 
 class PluginNames:
     """The names under which the plugin registers its plugin objects (``--trace-config`` shows
@@ -53,6 +49,8 @@ class PluginSession:
     @property
     def in_test_process(self) -> bool:
         """Whether the session is a ``cudagraph_subprocess`` test process's."""
+        from .stash import test_process_key  # not at the plugin's load: no session needs it then
+
         return test_process_key in self.config.stash
 
     @property

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 from .._torch import runtime, values
 from .._torch.events import cudagraph_switches
 from .._torch.torch_env import EnvironStamp, environ_stamp, user_torch_env
-from .records import SettingEntry, setting_entry
+from .entries import SettingEntry
 
 if TYPE_CHECKING:
     from .._torch import config_access
@@ -132,14 +132,14 @@ class SettingsReader:
             self._config, self._keys, self._made_from = config, keys, None
         if not self._unchanged():
             found = effective_settings(extra_keys).items()
-            self._record = {k: setting_entry(jsonable(s.value), s.source) for k, s in found}
+            self._record = {k: SettingEntry(jsonable(s.value), s.source) for k, s in found}
             self._made_from = StoredValues([config.raw_reader(key) for key in keys])
             self._stamp = environ_stamp()
         if defaults_key is not None and self._store is not None:
             with warnings.catch_warnings():  # pytest's own, where its cache cannot be written
                 warnings.simplefilter("ignore")
                 # As [key, value, source] rows: pytest's cache sorts a mapping's keys.
-                rows = [[k, e["value"], e["source"]] for k, e in self._record.items()]
+                rows = [[k, e.value, e.source] for k, e in self._record.items()]
                 self._store.set(defaults_key, rows)
         return dict(self._record)
 
@@ -158,7 +158,7 @@ class SettingsReader:
             stored = self._store.get(key, None)
             rows = stored if isinstance(stored, list) else []
             found = {
-                str(row[0]): setting_entry(row[1], str(row[2]))
+                str(row[0]): SettingEntry(row[1], str(row[2]))
                 for row in rows
                 if isinstance(row, list) and len(row) == _ROW_LENGTH
             }
@@ -206,7 +206,7 @@ def default_entry(key: str) -> SettingEntry | None:
     value = config.effective(key, values.RawEntry(values.UNSET, config.raw(key).default, False))
     names = env_sources.env_names(config.name) if environ_stamp() else {}
     source = next((f"env:{name}" for name in names.get(key, []) if name in os.environ), None)
-    return setting_entry(jsonable(value), source or "default")
+    return SettingEntry(jsonable(value), source or "default")
 
 
 def _copy_of_default(raw: values.RawEntry) -> bool:
@@ -271,8 +271,8 @@ def print_settings() -> None:
     versions = runtime.versions()
     print("versions:")
     for key in ("python", "torch", "triton", "cuda", "driver"):
-        print(f"  {key}: {versions.get(key) or '-'}")
-    print(f"GPUs: {', '.join(versions['gpus']) or 'none visible'}")
+        print(f"  {key}: {getattr(versions, key) or '-'}")
+    print(f"GPUs: {', '.join(versions.gpus) or 'none visible'}")
     trees_module = trees.import_cudagraph_trees()
     lazily = trees.creates_thread_state_lazily(trees_module)
     print(

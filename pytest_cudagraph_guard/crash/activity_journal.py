@@ -22,7 +22,7 @@ from _pytest.faulthandler import fault_handler_stderr_fd_key  # pytest exports n
 
 from .._torch import events, faults, runtime
 from .._torch.torch_env import UserEnvReader, user_torch_env
-from ..core.records import journal_path_key
+from ..core.stash import journal_path_key
 from ..fault_guard import Part, guards
 from .journal import (
     COMPILED,

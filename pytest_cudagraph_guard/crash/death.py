@@ -22,19 +22,11 @@ from typing import Final
 import pytest
 from _pytest.skipping import evaluate_xfail_marks  # pytest's reading of xfail marks
 
+from ..core.entries import ErrorEntry, SettingEntry
+from ..core.kinds import PROCESS_CRASH, TIMEOUT
 from ..core.markers import SUBPROCESS_MARKER
-from ..core.records import (
-    PROCESS_CRASH,
-    TIMEOUT,
-    USER_PROPERTY,
-    ErrorEntry,
-    SettingEntry,
-    TestRecord,
-    applied_by_key,
-    error_entry,
-    new_test_record,
-    no_activity,
-)
+from ..core.records import USER_PROPERTY, TestRecord, to_json
+from ..core.stash import applied_by_key
 from .journal import NOTHING_READ, JournalReading
 from .stacks import Dump, parse_stacks, split_dump
 
@@ -196,7 +188,7 @@ def crash_error(end: ProcessEnd, text: CrashText, where: str) -> ErrorEntry:
     message = f"{text.summary}; {text.action}" if text.action else text.summary
     traceback = text.stacks or last_lines(end.stderr)
     thread = end.crashing_thread() or where
-    return error_entry(thread, type_name, message, kind=kind, hint=hint, traceback=traceback)
+    return ErrorEntry(thread, type_name, message, kind=kind, hint=hint, traceback=traceback)
 
 
 def _record(
@@ -213,13 +205,12 @@ def _record(
 ) -> TestRecord:
     """What the process that saw the death knows of the test: how it died, what it was doing,
     and the environment the process saw (its journal's; else ``env``, the one it was given)."""
-    return new_test_record(
+    return TestRecord(
         nodeid,
         outcome=outcome,
         where=where,
         settings=settings or {},
         env=end.journal.env if end.journal.env is not None else env,
-        activity=no_activity(),
         errors=[crash_error(end, text, where)],
         uses_plugin=uses_plugin,
         applied_by=applied_by,
@@ -282,8 +273,9 @@ def log_process_death(
             uses_plugin=True,  # the marker, or the option that applied it
             applied_by=item.stash.get(applied_by_key, None),
         )
-        item.config.hook.pytest_cudagraph_record(item=item, record=record)
-        reports[-1].user_properties.append((USER_PROPERTY, record))
+        published = to_json(record)  # what the hook gets and the report's JSON holds
+        item.config.hook.pytest_cudagraph_record(item=item, record=published)
+        reports[-1].user_properties.append((USER_PROPERTY, published))
     for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
 
@@ -346,4 +338,4 @@ def worker_died(
     text = crash_text(end, prefix=str(report.longrepr), nodeid=crashitem, full_trace=full_trace)
     report.longrepr = text.message
     record = _record(crashitem, end, text, where, outcome="failed", env=env)
-    report.user_properties.append((USER_PROPERTY, record))
+    report.user_properties.append((USER_PROPERTY, to_json(record)))

@@ -19,7 +19,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypedDict
+from typing import Final, TypedDict
 
 COMPILING: Final = "compiling"
 COMPILED: Final = "compiled"
@@ -53,14 +53,14 @@ class Action:
         }
 
     @classmethod
-    def from_line(cls, entry: dict[str, Any]) -> Action:
+    def from_line(cls, entry: dict[str, object]) -> Action:
         """The action a line of :meth:`line` holds, read back (by :func:`read_journal`)."""
-        count = entry.get("count")
+        function, backend, count = entry.get("function"), entry.get("backend"), entry.get("count")
         return cls(
             str(entry["doing"]),
             str(entry["thread"]),
-            entry.get("function"),
-            entry.get("backend"),
+            function if isinstance(function, str) else None,
+            backend if isinstance(backend, str) else None,
             count if isinstance(count, int) else None,
         )
 
@@ -181,19 +181,19 @@ def read_journal(path: str | Path, nodeid: str) -> JournalReading:
     entries = [entry for line in lines if (entry := _parsed(line)) is not None]
     starts = [i for i, entry in enumerate(entries) if entry.get("test") == nodeid]
     begin = starts[-1] if starts else len(entries)
-    envs = [e["env"] for e in entries[: begin + 1] if isinstance(e.get("env"), dict)]
+    envs = [env for e in entries[: begin + 1] if isinstance(env := e.get("env"), dict)]
     env = envs[-1] if envs else None
     if not starts:
         return JournalReading(None, {}, env)
     after = entries[begin + 1 :]
     ends = [i for i, entry in enumerate(after) if "test" in entry]  # the next test's start
     ours = [entries[begin], *(after[: ends[0]] if ends else after)]
-    names = {int(e["ident"]): str(e["thread"]) for e in ours if isinstance(e.get("ident"), int)}
+    names = {ident: str(e["thread"]) for e in ours if isinstance(ident := e.get("ident"), int)}
     actions = [e for e in ours[1:] if "doing" in e]
     return JournalReading(Action.from_line(actions[-1]) if actions else None, names, env)
 
 
-def _parsed(line: str) -> dict[str, Any] | None:
+def _parsed(line: str) -> dict[str, object] | None:
     try:
         entry = json.loads(line)
     except ValueError:

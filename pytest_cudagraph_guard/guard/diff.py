@@ -12,7 +12,7 @@ from .state import Snapshot
 
 if TYPE_CHECKING:
     from .._torch import config_access
-    from ..core.records import LeakEntry
+    from ..core.entries import LeakEntry
 
 ENV_UNSET: Final = "<unset>"
 
@@ -42,7 +42,7 @@ class Change(NamedTuple):
         return f"{self.written_as} (alias of {self.key})"
 
     def as_leak(self) -> LeakEntry:
-        from ..core.records import LeakEntry
+        from ..core.entries import LeakEntry
 
         return LeakEntry(
             key=self.written_as or self.qualified_key,

@@ -21,7 +21,7 @@ def _guarded(module_name: str) -> Iterator[ConfigGuard]:
     """A guard over ``module_name``, restored after the test; skips the test where torch is not
     installed."""
     from .._torch import config_access, runtime
-    from ..core.records import NO_TORCH, skip_test
+    from ..core.outcomes import NO_TORCH, skip_test
     from .config_guard import ConfigGuard
 
     try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import pytest
 
 from .._torch import faults, runtime
-from ..core.records import leaks_key
+from ..core.stash import leaks_key
 from ..core.warnings import (
     CudagraphConfigLeakWarning,
     warn_torch_notices,

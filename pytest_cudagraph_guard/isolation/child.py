@@ -22,8 +22,9 @@ from _pytest.terminal import TerminalReporter  # pytest 8.0 exports no pytest.Te
 
 from .._torch import runtime
 from .._torch.faults import Loss
-from ..core.records import TestRecord, journal_path_key
-from ..core.session import plugin_session, test_process_key
+from ..core.records import JsonObject
+from ..core.session import plugin_session
+from ..core.stash import journal_path_key, test_process_key
 from ..core.warnings import CudagraphGuardWarning
 from ..fault_guard import Part, guards
 from . import distributions
@@ -328,7 +329,7 @@ class SubprocessChild:
             self._send(warning_to_send(CudagraphGuardWarning, notice, *where, item.nodeid))
 
     @guards(_SENDING)
-    def pytest_cudagraph_record(self, item: pytest.Item, record: TestRecord) -> None:
+    def pytest_cudagraph_record(self, item: pytest.Item, record: JsonObject) -> None:
         where = f"subprocess {os.getpid()}"
         record["where"] = where if record["where"] == "main" else f"{where}, {record['where']}"
 

@@ -20,8 +20,8 @@ from typing import Any, Final, NamedTuple
 import pytest
 
 from .._torch.torch_env import user_torch_env
+from ..core.entries import SettingEntry
 from ..core.markers import SubprocessOptions, plugin_marks
-from ..core.records import setting_entry
 from ..core.session import PluginSession
 from ..core.settings import switched
 from ..core.warnings import CudagraphGuardWarning, notify
@@ -206,7 +206,7 @@ class TestRunner:
             logged=logged,
             duration=ended.duration,
             reporting=self.recording,
-            settings={key: setting_entry(value, "test") for key, value in switched(marker).items()},
+            settings={key: SettingEntry(value, "test") for key, value in switched(marker).items()},
             env=user_torch_env(request["env"]),
         )
 

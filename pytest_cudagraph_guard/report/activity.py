@@ -19,15 +19,8 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from .._torch import events
-from ..core.records import (
-    Activity,
-    CompiledEntry,
-    ErrorEntry,
-    SettingEntry,
-    SkipEntry,
-    ThreadActivity,
-    setting_entry,
-)
+from ..core.entries import ErrorEntry, SettingEntry
+from ..core.records import Activity, CompiledEntry, SkipEntry, ThreadActivity
 from ..core.settings import default_entry, jsonable
 from .torch_findings import (
     cross_thread_entry,
@@ -156,7 +149,7 @@ class TestActivity:
             | set(self.cudagraphified)
             | set(self.recorded)
             | set(self.replays)
-            | {s["thread"] for s in self.skips}
+            | {s.thread for s in self.skips}
         )
         return Activity(
             compiled=[_compiled_entry(c) for c in self.compiled],
@@ -175,7 +168,7 @@ class TestActivity:
             cudagraphed_graphs=self.cudagraphified[thread],
             recorded=self.recorded[thread],
             replays=self.replays[thread],
-            skips=sum(1 for s in self.skips if s["thread"] == thread),
+            skips=sum(1 for s in self.skips if s.thread == thread),
         )
 
     def divergences(
@@ -261,7 +254,7 @@ def settings_as_acted(
         end = at_end.get(key)
         if end is None:
             continue
-        settings[key] = setting_entry(values[0].value, _source(key, values[0], end))
+        settings[key] = SettingEntry(values[0].value, _source(key, values[0], end))
         distinct = list({_identity(v.value): v.value for v in values}.values())
         if len(distinct) > 1:
             varied[key] = distinct
@@ -269,8 +262,8 @@ def settings_as_acted(
         key: end
         for key, end in at_end.items()
         if key in seen
-        and settings[key]["source"] != COMPILE_SOURCE
-        and _identity(settings[key]["value"]) != _identity(end["value"])
+        and settings[key].source != COMPILE_SOURCE
+        and _identity(settings[key].value) != _identity(end.value)
     }
     return ActedSettings(settings, changed, varied)
 
@@ -293,11 +286,11 @@ def _source(key: str, first: _Value, end: SettingEntry) -> str:
     test."""
     if first.from_options:
         return COMPILE_SOURCE
-    if _identity(first.value) == _identity(end["value"]):
-        return end["source"]
+    if _identity(first.value) == _identity(end.value):
+        return end.source
     default = default_entry(key)
-    if default is not None and _identity(default["value"]) == _identity(first.value):
-        return default["source"]
+    if default is not None and _identity(default.value) == _identity(first.value):
+        return default.source
     return TEST_SOURCE
 
 

@@ -10,18 +10,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from .._torch.events import INDUCTOR_BACKEND
+from ..core.entries import ErrorEntry, LeakEntry
+from ..core.kinds import FINDING_KINDS, PLUGIN_ERROR, UNCLASSIFIED
 from ..core.options import CUDAGRAPH_SKIP, LEAK
-from ..core.records import (
-    FINDING_KINDS,
-    PLUGIN_ERROR,
-    UNCLASSIFIED,
-    CompiledEntry,
-    ErrorEntry,
-    LeakEntry,
-    SkipEntry,
-    TestRecord,
-)
+from ..core.records import CompiledEntry, SkipEntry, TestRecord
 
 # torch's reason when a graph's only device is the CPU: it names the devices other than the CPU,
 # and there are none.
@@ -61,9 +53,9 @@ def skip_text(reason: str) -> str:
 
 
 def leak_text(leak: LeakEntry) -> str:
-    alias_of = leak.get("alias_of")
-    key = f"{leak['key']} (alias of {alias_of.rsplit('.', 1)[-1]})" if alias_of else leak["key"]
-    return f"{key}: {leak['before']!r} -> {leak['after']!r}"
+    alias_of = leak.alias_of
+    key = f"{leak.key} (alias of {alias_of.rsplit('.', 1)[-1]})" if alias_of else leak.key
+    return f"{key}: {leak.before!r} -> {leak.after!r}"
 
 
 @dataclass(frozen=True)
@@ -105,20 +97,20 @@ class Group:
 def record_entries(record: TestRecord) -> list[Group]:
     """The record's errors, findings and notes, then its leaks, then its CUDA-graph skips."""
     return [
-        *error_entries(record["errors"]),
-        *leak_entries(record.get("leaks", [])),
-        *skip_entries(record["activity"]["skips"]),
+        *error_entries(record.errors),
+        *leak_entries(record.leaks),
+        *skip_entries(record.activity.skips),
     ]
 
 
 def error_entries(errors: Iterable[ErrorEntry]) -> list[Group]:
     return [
         Group(
-            entry_label(error["kind"]),
-            (error["thread"],),
-            f"{error['type']}: {first_line(error['message']) or NO_MESSAGE}",
-            kind_name(error["kind"]),
-            error.get("hint"),
+            entry_label(error.kind),
+            (error.thread,),
+            f"{error.type}: {first_line(error.message) or NO_MESSAGE}",
+            kind_name(error.kind),
+            error.hint,
         )
         for error in errors
     ]
@@ -129,7 +121,7 @@ def leak_entries(leaks: Iterable[LeakEntry]) -> list[Group]:
 
 
 def skip_entries(skips: Iterable[SkipEntry]) -> list[Group]:
-    return [Group("skip", (s["thread"],), skip_text(s["reason"]), CUDAGRAPH_SKIP) for s in skips]
+    return [Group("skip", (s.thread,), skip_text(s.reason), CUDAGRAPH_SKIP) for s in skips]
 
 
 def grouped(entries: Iterable[Group]) -> list[Group]:
@@ -187,7 +179,7 @@ def thread_label(threads: Sequence[str]) -> str:
 
 def backends_text(compiled: Iterable[CompiledEntry]) -> str:
     """``eager 1, inductor 2``: the compiles by backend."""
-    backends = Counter(c.get("backend", INDUCTOR_BACKEND) for c in compiled)
+    backends = Counter(c.backend for c in compiled)
     return ", ".join(f"{b} {n}" for b, n in sorted(backends.items()))
 
 

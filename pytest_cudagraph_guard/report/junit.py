@@ -5,12 +5,12 @@ each group of identical entries, beside the ``cudagraph`` record itself. Registe
 
 from __future__ import annotations
 
-from typing import Final, cast
+from typing import Final
 
 import pytest
 
 from .._torch.faults import Loss
-from ..core.records import USER_PROPERTY, TestRecord
+from ..core.records import USER_PROPERTY, TestRecord, from_json
 from ..fault_guard import Part, guards
 from .entries import cut, grouped, record_entries
 
@@ -36,7 +36,7 @@ class JUnitProperties:
             return
         record = report.user_properties[names.index(USER_PROPERTY)][1]
         if isinstance(record, dict):
-            report.user_properties.extend(junit_properties(cast(TestRecord, record)))
+            report.user_properties.extend(junit_properties(from_json(TestRecord, record)))
 
 
 def junit_properties(record: TestRecord) -> list[tuple[str, str]]:

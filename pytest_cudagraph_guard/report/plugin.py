@@ -15,31 +15,20 @@ import pytest
 
 from .._torch import events, faults, runtime, thread_names
 from .._torch.torch_env import UserEnvReader
+from ..core.entries import ErrorEntry, SettingEntry
 from ..core.markers import plugin_marks
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
-from ..core.records import (
-    USER_PROPERTY,
-    ErrorEntry,
-    SettingEntry,
-    TestRecord,
-    applied_by_key,
-    is_skip_or_xfail,
-    leaks_key,
-    new_test_record,
-    no_activity,
-    overall_outcome,
-    phase_outcome,
-    plugin_errors_key,
-    thread_run_key,
-)
+from ..core.outcomes import is_skip_or_xfail
+from ..core.records import USER_PROPERTY, Activity, TestRecord, to_json
 from ..core.settings import SettingsReader
+from ..core.stash import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
 from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser
 from ..fault_guard import Part, guards
 from .activity import TestActivity, settings_as_acted
 
 if TYPE_CHECKING:
-    from ..core.records import ThreadRunFacts
     from ..core.session import PluginSession
+    from ..core.stash import ThreadRunFacts
 
 PLUGIN_FIXTURES: Final = frozenset({"inductor_config", "dynamo_config", "cudagraphs"})
 FAIL_ON_OPTION: Final = option_flag("fail_on")
@@ -133,8 +122,9 @@ class ReportPlugin:
             record = self._record_for(item, self._thread_watch.drain())
             if record is not None:
                 failures = self._fail_on(item, record)
-                self.config.hook.pytest_cudagraph_record(item=item, record=record)
-                item.user_properties.append((USER_PROPERTY, record))
+                published = to_json(record)  # what the hook gets and the report's JSON holds
+                self.config.hook.pytest_cudagraph_record(item=item, record=published)
+                item.user_properties.append((USER_PROPERTY, published))
         report = yield
         if call.when != "teardown":
             self._phase_done(item, call, phase_outcome(report))
@@ -149,7 +139,7 @@ class ReportPlugin:
         state = item.stash.get(test_state_key, None)
         if found and state is not None:
             state.outcomes["teardown"] = "failed"
-            record["outcome"] = overall_outcome(state.outcomes)
+            record.outcome = overall_outcome(state.outcomes)
         return found
 
     # -- settings ------------------------------------------------------------------------------
@@ -187,18 +177,18 @@ class ReportPlugin:
             settings = self._settings_now()
         body_threads = threads.threads if threads is not None else (thread_names.thread_label(),)
         shown = settings_as_acted(settings or {}, activity, body_threads)
-        return new_test_record(
+        return TestRecord(
             item.nodeid,
             outcome=overall_outcome(state.outcomes),
             where=threads.where if threads is not None else "main",
             settings=shown.settings,
             env=self._env.read(),
-            activity=activity.as_record() if activity is not None else no_activity(),
+            activity=activity.as_record() if activity is not None else Activity(),
             errors=[
                 *_errors(state, threads, foreign_errors),
                 *item.stash.get(plugin_errors_key, []),
             ],
-            leaks=item.stash.get(leaks_key, None),
+            leaks=item.stash.get(leaks_key, []),
             settings_at_end=shown.at_end,
             settings_varied=shown.varied,
             uses_plugin=_uses_plugin(item, cudagraphs_on=self.session.options.on),
@@ -252,26 +242,45 @@ def _uses_plugin(item: pytest.Item, *, cudagraphs_on: bool) -> bool:
     return marks.thread is not None or marks.process is not None or bool(marks.main_thread)
 
 
+def phase_outcome(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    return str(report.outcome)
+
+
+def overall_outcome(outcomes: dict[str, str]) -> str:
+    """A test's outcome from its phases' outcomes."""
+    setup = outcomes.get("setup", "passed")
+    if setup == "failed":
+        return "error"
+    if setup != "passed":
+        return setup
+    call = outcomes.get("call", "passed")
+    if call == "passed" and outcomes.get("teardown") == "failed":
+        return "error"
+    return call
+
+
 # -- --cudagraph-fail-on: the entries of a record whose kind the session fails on ------------
 
 
 def fail_on_findings(record: TestRecord, kinds: Collection[str]) -> list[str]:
     """One line per entry of a kind in ``kinds``: the kind, the thread and the detail."""
     found = [
-        f"{error['kind']} in thread {error['thread']}: {error['type']}: {error['message']}"
-        for error in record["errors"]
-        if error["kind"] in kinds
+        f"{error.kind} in thread {error.thread}: {error.type}: {error.message}"
+        for error in record.errors
+        if error.kind in kinds
     ]
     if LEAK in kinds:
         main = threading.main_thread().name
         found += [
-            f"{LEAK} in thread {main}: {leak['key']}: {leak['before']!r} -> {leak['after']!r}"
-            for leak in record["leaks"]
+            f"{LEAK} in thread {main}: {leak.key}: {leak.before!r} -> {leak.after!r}"
+            for leak in record.leaks
         ]
     if CUDAGRAPH_SKIP in kinds:
         found += [
-            f"{CUDAGRAPH_SKIP} in thread {skip['thread']}: {skip['reason']}"
-            for skip in record["activity"]["skips"]
+            f"{CUDAGRAPH_SKIP} in thread {skip.thread}: {skip.reason}"
+            for skip in record.activity.skips
         ]
     return found
 

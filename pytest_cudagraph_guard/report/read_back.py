@@ -9,9 +9,9 @@ import shutil
 import sys
 from pathlib import Path
 from tempfile import gettempdir
-from typing import Any, Final, cast
+from typing import Any, Final
 
-from ..core.records import TestRecord
+from ..core.records import TestRecord, from_json
 from .session_journal import PARTIAL_SUFFIX, TERM_ONLY_NAME, read_session_journal
 from .writer import section_lines
 
@@ -66,7 +66,7 @@ def report_lines(path: Path, *, everything: bool) -> list[str]:
         document: Any = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(document, dict) or not isinstance(document.get("tests"), list):
             raise ValueError("not a --cudagraph-report json file")
-        head, records, tail = [], cast(list[TestRecord], document["tests"]), []
+        head, records, tail = [], [from_json(TestRecord, t) for t in document["tests"]], []
     body, summary = section_lines(records, everything=everything)
     return [
         _rule("=", "cudagraph report"),

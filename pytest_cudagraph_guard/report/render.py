@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from .._torch.events import CUDAGRAPH_SWITCHES, CUDAGRAPHS_KEY
-from ..core.records import RERECORD, Activity, ReportDocument, ReportSummary, TestRecord
+from ..core.kinds import RERECORD
+from ..core.records import Activity, ReportDocument, ReportSummary, TestRecord, to_json
 from .entries import (
     Group,
     backends_text,
@@ -46,16 +47,11 @@ OUTCOME_ORDER: Final = ("passed", "failed", "error", "skipped", "xfailed", "xpas
 def worth_a_look(record: TestRecord) -> bool:
     """A test with an error, finding, note, leak or CUDA-graph skip (or a failure): ``term``
     and ``md`` show it in detail."""
-    return bool(
-        record["errors"]
-        or record.get("leaks")
-        or record["activity"]["skips"]
-        or record["outcome"] in FAILED
-    )
+    return bool(record.errors or record.leaks or record.activity.skips or record.outcome in FAILED)
 
 
 def head_line(record: TestRecord) -> str:
-    return f"{record['nodeid']}  {record['outcome']}  [{record['where']}]"
+    return f"{record.nodeid}  {record.outcome}  [{record.where}]"
 
 
 def brief_lines(record: TestRecord) -> list[str]:
@@ -118,10 +114,10 @@ def full_lines(record: TestRecord) -> list[str]:
     settings = _settings_text(record, everything=True)
     if settings:
         lines += _wrapped("  settings: ", settings)
-    if record["env"]:
-        lines += _wrapped("  env: ", "; ".join(f"{k}={v}" for k, v in record["env"].items()))
-    lines += _activity_lines(record["activity"])
-    entries = [*error_entries(record["errors"]), *leak_entries(record.get("leaks", []))]
+    if record.env:
+        lines += _wrapped("  env: ", "; ".join(f"{k}={v}" for k, v in record.env.items()))
+    lines += _activity_lines(record.activity)
+    entries = [*error_entries(record.errors), *leak_entries(record.leaks)]
     for group in grouped(entries):  # the skips are under the activity
         lines += _wrapped(f"  {group.head()}: ", group.text + _kind_suffix(group))
         if group.hint:
@@ -130,22 +126,22 @@ def full_lines(record: TestRecord) -> list[str]:
 
 
 def _activity_lines(activity: Activity) -> list[str]:
-    named = backends_text(activity["compiled"])
+    named = backends_text(activity.compiled)
     named = f" ({named})" if named else ""
-    earlier = activity.get("earlier_compiled", 0)
+    earlier = activity.earlier_compiled
     lines = [
-        f"  activity: compiled {len(activity['compiled'])}{named}, cudagraphed graphs "
-        f"{activity['cudagraphed_graphs']}, recorded {activity['recorded']}, replays "
-        f"{activity['replays']}, skips {len(activity['skips'])}"
+        f"  activity: compiled {len(activity.compiled)}{named}, cudagraphed graphs "
+        f"{activity.cudagraphed_graphs}, recorded {activity.recorded}, replays "
+        f"{activity.replays}, skips {len(activity.skips)}"
         + (f", ran {earlier} graphs that an earlier test compiled" if earlier else "")
     ]
-    if len(activity["by_thread"]) > 1:
-        for thread, counts in activity["by_thread"].items():
+    if len(activity.by_thread) > 1:
+        for thread, counts in activity.by_thread.items():
             lines.append(
                 f"    {thread}: "
-                + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())
+                + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in to_json(counts).items())
             )
-    for group in grouped(skip_entries(activity["skips"])):
+    for group in grouped(skip_entries(activity.skips)):
         lines += _wrapped(f"    {group.head()}: ", group.text)
     return lines
 
@@ -157,24 +153,23 @@ def _settings_text(
     another one too (``triton.cudagraphs=True (test), also False``). Shown: the keys not at
     their default (``only_varied``: the keys torch acted under two values; ``everything``: the
     CUDA-graph switches too, and a count of the rest)."""
-    varied = record.get("settings_varied") or {}
+    varied = record.settings_varied
     switches: tuple[str, ...] = ()
     if everything:
         switches = CUDAGRAPH_SWITCHES
     shown = []
-    for key, entry in record["settings"].items():
+    for key, entry in record.settings.items():
         if only_varied:
             wanted = key in varied
         else:
             switch = key in switches
-            wanted = entry["source"] != "default" or key in varied or switch
+            wanted = entry.source != "default" or key in varied or switch
         if wanted:
             shown.append(
-                f"{key}={entry['value']!r} ({entry['source']})"
-                + _also(entry["value"], varied.get(key, []))
+                f"{key}={entry.value!r} ({entry.source})" + _also(entry.value, varied.get(key, []))
             )
-    if everything and len(record["settings"]) > len(shown):
-        shown.append(f"{len(record['settings']) - len(shown)} more at their defaults")
+    if everything and len(record.settings) > len(shown):
+        shown.append(f"{len(record.settings) - len(shown)} more at their defaults")
     return "; ".join(shown)
 
 
@@ -207,7 +202,8 @@ def json_text(document: ReportDocument) -> str:
     """The document with a line per test record: as quick to write as compact JSON (an indented
     dump takes five times as long on 10,000 records) and still read and searched by line."""
     members = [
-        f"  {json.dumps(key)}: {_json_member(key, value)}" for key, value in document.items()
+        f"  {json.dumps(key)}: {_json_member(key, value)}"
+        for key, value in to_json(document).items()
     ]
     return "{\n" + ",\n".join(members) + "\n}\n"
 
@@ -225,7 +221,7 @@ def _json_member(key: str, value: object) -> str:
 def markdown_text(document: ReportDocument) -> str:
     """The Markdown page, ready for a CI job summary: the environment, the summary block, the
     tests worth a look and their entries."""
-    records = document["tests"]
+    records = document.tests
     shown = [r for r in records if worth_a_look(r)]
     lines = [*_environment_lines(document), "", "## Summary", ""]
     lines += [_bullet(line) for line in summary_lines(records)]
@@ -247,8 +243,8 @@ def markdown_text(document: ReportDocument) -> str:
 
 
 def _environment_lines(document: ReportDocument) -> list[str]:
-    env = document["environment"]
-    versions = (env["python"], env["torch"], env["triton"], env["cuda"], env["driver"])
+    env = document.environment
+    versions = (env.python, env.torch, env.triton, env.cuda, env.driver)
     return [
         "# cudagraph report",
         "",
@@ -256,7 +252,7 @@ def _environment_lines(document: ReportDocument) -> list[str]:
         "| --- | --- | --- | --- | --- | --- |",
         "| "
         + " | ".join(_cell(v) for v in versions)
-        + f" | {_cell(', '.join(env['gpus']) or None)} |",
+        + f" | {_cell(', '.join(env.gpus) or None)} |",
     ]
 
 
@@ -267,14 +263,14 @@ def _bullet(line: str) -> str:
 
 
 def _table_row(record: TestRecord) -> str:
-    cudagraphs = record["settings"].get(CUDAGRAPHS_KEY)
-    switch = f"{_cell(cudagraphs['value'])} ({_cell(cudagraphs['source'])})" if cudagraphs else "-"
+    cudagraphs = record.settings.get(CUDAGRAPHS_KEY)
+    switch = f"{_cell(cudagraphs.value)} ({_cell(cudagraphs.source)})" if cudagraphs else "-"
     counts: dict[str, int] = {}
     for group in grouped(record_entries(record)):
         counts[group.kind] = counts.get(group.kind, 0) + group.count
     entries = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in counts.items())
     return (
-        f"| `{_cell(record['nodeid'])}` | {record['outcome']} | {_cell(record['where'])} | "
+        f"| `{_cell(record.nodeid)}` | {record.outcome} | {_cell(record.where)} | "
         f"{switch} | {_cell(entries or None)} |"
     )
 
@@ -283,7 +279,7 @@ def _markdown_entry_lines(record: TestRecord) -> list[str]:
     lines = []
     for group in grouped(record_entries(record)):
         lines.append(
-            f"- `{_cell(record['nodeid'])}` **{group.kind}**{_cell(group.where())}: "
+            f"- `{_cell(record.nodeid)}` **{group.kind}**{_cell(group.where())}: "
             f"`{_cell(cut(group.text, CELL_WIDTH, group.gist))}`"
         )
         if group.hint:
@@ -299,20 +295,20 @@ def _cell(value: object) -> str:
 def summary_lines(records: Sequence[TestRecord]) -> list[str]:
     """The block's lines: the outcomes, then one line (and its top reasons) per thing seen."""
     lines = [_outcomes_line(records), _torch_line(records)]
-    skips = Counter(skip_text(skip["reason"]) for r in records for skip in r["activity"]["skips"])
-    skipped = sum(1 for r in records if r["activity"]["skips"])
+    skips = Counter(skip_text(skip.reason) for r in records for skip in r.activity.skips)
+    skipped = sum(1 for r in records if r.activity.skips)
     lines += _by_reason("cudagraph skips", skips, skipped)
     rerecords = Counter(
-        first_line(e["message"]) for r in records for e in r["errors"] if e["kind"] == RERECORD
+        first_line(e.message) for r in records for e in r.errors if e.kind == RERECORD
     )
-    rerecorded = sum(1 for r in records if any(e["kind"] == RERECORD for e in r["errors"]))
+    rerecorded = sum(1 for r in records if any(e.kind == RERECORD for e in r.errors))
     lines += _by_reason("re-records", rerecords, rerecorded)
     lines.append(_kinds_line("errors", _kinds(records, "error")) or "errors: none")
     lines += filter(None, [_kinds_line("findings", _kinds(records, "finding"))])
     lines += filter(None, [_kinds_line("plugin errors", _kinds(records, "note"))])
-    leaks = sum(len(r.get("leaks", [])) for r in records)
+    leaks = sum(len(r.leaks) for r in records)
     if leaks:
-        tests = sum(1 for r in records if r.get("leaks"))
+        tests = sum(1 for r in records if r.leaks)
         lines.append(f"leaks: {leaks} in {_tests(tests)} (put back by the guard)")
     return lines
 
@@ -322,27 +318,27 @@ def summary_record(records: Sequence[TestRecord]) -> ReportSummary:
     recorded and replayed, the CUDA-graph skips."""
     return ReportSummary(
         tests=len(records),
-        outcomes=dict(Counter(r["outcome"] for r in records)),
-        errors_by_kind=dict(Counter(kind_name(e["kind"]) for r in records for e in r["errors"])),
-        recorded=sum(r["activity"]["recorded"] for r in records),
-        replays=sum(r["activity"]["replays"] for r in records),
-        skips=sum(len(r["activity"]["skips"]) for r in records),
+        outcomes=dict(Counter(r.outcome for r in records)),
+        errors_by_kind=dict(Counter(kind_name(e.kind) for r in records for e in r.errors)),
+        recorded=sum(r.activity.recorded for r in records),
+        replays=sum(r.activity.replays for r in records),
+        skips=sum(len(r.activity.skips) for r in records),
     )
 
 
 def _outcomes_line(records: Sequence[TestRecord]) -> str:
-    counts = Counter(r["outcome"] for r in records)
+    counts = Counter(r.outcome for r in records)
     ordered = sorted(counts, key=lambda o: OUTCOME_ORDER.index(o) if o in OUTCOME_ORDER else 99)
     return f"{_tests(len(records))}: " + ", ".join(f"{counts[o]} {o}" for o in ordered)
 
 
 def _torch_line(records: Sequence[TestRecord]) -> str:
     """The tests that compiled, recorded, replayed, or ran what an earlier test compiled."""
-    compiled = [r for r in records if r["activity"]["compiled"]]
-    recorded = [r["activity"]["recorded"] for r in records if r["activity"]["recorded"]]
-    replayed = [r["activity"]["replays"] for r in records if r["activity"]["replays"]]
-    earlier = sum(1 for r in records if r["activity"].get("earlier_compiled"))
-    named = backends_text(c for r in compiled for c in r["activity"]["compiled"])
+    compiled = [r for r in records if r.activity.compiled]
+    recorded = [r.activity.recorded for r in records if r.activity.recorded]
+    replayed = [r.activity.replays for r in records if r.activity.replays]
+    earlier = sum(1 for r in records if r.activity.earlier_compiled)
+    named = backends_text(c for r in compiled for c in r.activity.compiled)
     parts = [
         f"{_tests(len(compiled))} compiled" + (f" ({named})" if named else ""),
         f"{len(recorded)} recorded" + (f" ({sum(recorded)} graphs)" if recorded else ""),
@@ -369,10 +365,7 @@ def _by_reason(title: str, reasons: Counter[str], tests: int) -> list[str]:
 def _kinds(records: Sequence[TestRecord], label: str) -> Counter[str]:
     """The kinds of the records' entries that are a ``label`` (error, finding, note), counted."""
     return Counter(
-        kind_name(e["kind"])
-        for r in records
-        for e in r["errors"]
-        if entry_label(e["kind"]) == label
+        kind_name(e.kind) for r in records for e in r.errors if entry_label(e.kind) == label
     )
 
 

@@ -23,12 +23,12 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 
 from .._torch.faults import Loss
-from ..core.records import TestRecord
+from ..core.records import JsonObject, TestRecord, from_json
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
 from ..crash.activity_journal import CrashJournal
@@ -112,7 +112,8 @@ class SessionJournal:
             else:
                 item.__dict__["runtest"] = before
 
-    def add(self, record: TestRecord) -> None:
+    def add(self, record: JsonObject) -> None:
+        """A test's record, as it arrived (:func:`..core.records.to_json` made it)."""
         self._append({"record": record})
 
     def end(self) -> None:
@@ -124,7 +125,7 @@ class SessionJournal:
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
 
-    def _append(self, line: dict[str, Any]) -> None:
+    def _append(self, line: dict[str, object]) -> None:
         if self._fd is None:
             return
         try:
@@ -180,7 +181,8 @@ def read_session_journal(path: Path) -> DeadSession:
         if "started" in entry:
             started.append(str(entry["started"]))
         elif isinstance(entry.get("record"), dict):
-            records[str(entry["record"].get("nodeid"))] = entry["record"]
+            record = from_json(TestRecord, entry["record"])
+            records[record.nodeid] = record
     found.records = [records[nodeid] for nodeid in sorted(records)]
     found.running = [nodeid for nodeid in dict.fromkeys(started) if nodeid not in records]
     if started:

@@ -8,14 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._torch import events
-from ..core.records import (
-    CONFIG_DIVERGENCE,
-    CROSS_THREAD_GRAPH,
-    RERECORD,
-    SLOW_PATH,
-    ErrorEntry,
-    error_entry,
-)
+from ..core.entries import ErrorEntry
+from ..core.kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
 from ..core.settings import default_entry, jsonable
 from ..diagnosis import rerecord_hint, slow_path_hint
 
@@ -32,7 +26,7 @@ def cross_thread_entry(run: events.CrossThread) -> ErrorEntry:
         "per thread (its own torch.compile call), or upgrade to torch 2.13, where each thread "
         "gets its own callable"
     )
-    return error_entry(run.thread, "CrossThreadGraph", message, kind=CROSS_THREAD_GRAPH, hint=hint)
+    return ErrorEntry(run.thread, "CrossThreadGraph", message, kind=CROSS_THREAD_GRAPH, hint=hint)
 
 
 def divergence_entry(thread: str, key: str, seen: Any, wanted: Any) -> ErrorEntry:
@@ -44,7 +38,7 @@ def divergence_entry(thread: str, key: str, seen: Any, wanted: Any) -> ErrorEntr
         f"start: a function compiled in thread {thread!r} did not get the main thread's setting"
     )
     hint = _divergence_hint(key, seen)
-    return error_entry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
+    return ErrorEntry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
 
 
 def earlier_divergence_entry(
@@ -65,7 +59,7 @@ def earlier_divergence_entry(
         "(torch._dynamo.reset(), as the cudagraphs fixture does after its test), or compile the "
         "function in the test that uses it"
     )
-    return error_entry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
+    return ErrorEntry(thread, "ConfigDivergence", message, kind=CONFIG_DIVERGENCE, hint=hint)
 
 
 def _divergence_hint(key: str, seen: Any) -> str:
@@ -77,7 +71,7 @@ def _divergence_hint(key: str, seen: Any) -> str:
             "start and this compile"
         )
     default = default_entry(key)
-    if default is None or default["value"] == jsonable(seen):
+    if default is None or default.value == jsonable(seen):
         return (
             "torch >= 2.12 keeps config overrides per thread, so a thread started with "
             "threading.Thread sees the defaults: start it with contextvars.copy_context().run, "
@@ -101,4 +95,4 @@ def repeated_entry(seen: events.Rerecorded | events.SlowPath, count: int) -> Err
     else:
         message = f"{seen.function} left the CUDA-graph fast path ({times} in this test)"
         name, kind, hint = "SlowPath", SLOW_PATH, slow_path_hint(seen.reason)
-    return error_entry(seen.thread, name, f"{message}: {seen.reason}", kind=kind, hint=hint)
+    return ErrorEntry(seen.thread, name, f"{message}: {seen.reason}", kind=kind, hint=hint)

@@ -10,12 +10,12 @@ it from the text (``carried_record``), so that no record is lost.
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pytest
 
 from .._torch.faults import Loss
-from ..core.records import USER_PROPERTY
+from ..core.records import USER_PROPERTY, JsonObject
 from ..fault_guard import Part, guards
 
 # The serialized report's key that carries (the index of the record among the user properties,
@@ -49,7 +49,7 @@ class RecordWire:
             unpack(data)
 
 
-def pack(data: dict[str, Any]) -> None:
+def pack(data: dict[str, object]) -> None:
     """Moves the record out of a serialized report's user properties into ``WIRE_KEY``; a
     record that is not JSON stays where it was."""
     properties = data.get("user_properties")
@@ -66,21 +66,21 @@ def pack(data: dict[str, Any]) -> None:
             return
 
 
-def unpack(data: dict[str, Any]) -> None:
+def unpack(data: dict[str, object]) -> None:
     """Puts the record that ``pack`` moved back where it was among the user properties; ``data``
     is changed only once the record is read."""
     carried = data.get(WIRE_KEY)
     if carried is None:
         return
-    index, text = carried
+    index, text = cast(tuple[int, str], carried)  # as ``pack`` put it
     record = json.loads(text)
-    properties = list(data.get("user_properties") or [])
+    properties = list(cast(list[object], data.get("user_properties") or []))
     properties.insert(index, (USER_PROPERTY, record))
     data["user_properties"] = properties
     del data[WIRE_KEY]
 
 
-def carried_record(report: pytest.TestReport) -> dict[str, Any] | None:
+def carried_record(report: pytest.TestReport) -> JsonObject | None:
     """The record still carried as text by a report that ``unpack`` did not reach (the wire's
     part of the plugin stopped on the controller); None where there is none."""
     carried = getattr(report, WIRE_KEY, None)

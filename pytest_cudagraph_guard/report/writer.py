@@ -8,21 +8,14 @@ import os
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
 from .._torch import runtime
 from .._torch.faults import Loss
 from ..core.options import applied_lines
-from ..core.records import (
-    USER_PROPERTY,
-    Environment,
-    OptionsRecord,
-    ReportDocument,
-    TestRecord,
-    environment_record,
-)
+from ..core.records import USER_PROPERTY, Environment, ReportDocument, TestRecord, from_json
 from ..core.report_formats import ReportFormat
 from ..fault_guard import Part, guards
 from .render import (
@@ -37,6 +30,9 @@ from .render import (
 )
 from .session_journal import SessionJournal
 from .wire import carried_record
+
+if TYPE_CHECKING:
+    from ..core.options import PluginOptions
 
 SCHEMA: Final = "pytest-cudagraph-guard/report/1"
 TERMINAL_KINDS: Final = ("term", "term-all")
@@ -54,7 +50,7 @@ class ReportWriter:
     def __init__(
         self,
         formats: list[ReportFormat],
-        options: OptionsRecord | None = None,
+        options: PluginOptions | None = None,
         journal: SessionJournal | None = None,
     ) -> None:
         self.formats = formats
@@ -70,9 +66,9 @@ class ReportWriter:
         found = [v for n, v in report.user_properties if n == USER_PROPERTY and isinstance(v, dict)]
         record = found[-1] if found else carried_record(report)
         if record is not None:
-            self.records[report.nodeid] = cast(TestRecord, record)  # JSON across processes
+            self.records[report.nodeid] = from_json(TestRecord, record)  # JSON across processes
             if self.journal is not None:
-                self.journal.add(self.records[report.nodeid])
+                self.journal.add(record)
 
     @pytest.hookimpl(trylast=True)
     @guards(PART)
@@ -146,9 +142,9 @@ class ReportWriter:
 
 def section_lines(records: list[TestRecord], *, everything: bool) -> tuple[list[str], list[str]]:
     """The terminal section's lines: those above its summary rule, and the summary's."""
-    applied = Counter(by for r in records if (by := r.get("applied_by")))
+    applied = Counter(r.applied_by for r in records if r.applied_by)
     lines = list(applied_lines(applied))
-    ordered = sorted(records, key=lambda record: record["nodeid"])
+    ordered = sorted(records, key=lambda record: record.nodeid)
     shown = [r for r in ordered if everything or worth_a_look(r)]
     if not shown:
         lines.append(NOTHING_TO_SHOW)
@@ -159,14 +155,15 @@ def section_lines(records: list[TestRecord], *, everything: bool) -> tuple[list[
     return lines, summary_lines(ordered)
 
 
-def _environment(options: OptionsRecord | None) -> Environment:
+def _environment(options: PluginOptions | None) -> Environment:
+    shown = options.as_json() if options is not None else None
     try:
         found = runtime.versions()
     except runtime.TorchNotInstalled:
         import platform
 
-        return environment_record(python=platform.python_version(), options=options)
-    return environment_record(**found, options=options)
+        return Environment(python=platform.python_version(), options=shown)
+    return Environment(**vars(found), options=shown)
 
 
 def why_not_writable(path: Path) -> str | None:

@@ -11,8 +11,9 @@ import traceback
 from types import CodeType, FrameType, TracebackType
 from typing import Any, Final
 
+from ..core.entries import ErrorEntry
+from ..core.kinds import THREAD_ERROR
 from ..core.markers import THREAD_MARKER
-from ..core.records import THREAD_ERROR, ErrorEntry
 
 SHORT_TRACEBACK_ENDS: Final = 2  # frames kept at each end of another thread's traceback
 _OURS: Final = os.path.dirname(__file__)
@@ -24,7 +25,7 @@ def raise_failures(
     """Raises the first thread's failure, naming every thread that failed alike; each other way
     the threads failed follows once, as a note with its own short traceback."""
     __tracebackhide__ = True
-    by_thread = {record["thread"]: record for record in records}
+    by_thread = {record.thread: record for record in records}
     (names, first), *others = _alike(failures)
     notes = [f"{_who(names, threads)} raised this", *_diagnosis_lines(by_thread.get(names[0]))]
     if others:
@@ -38,9 +39,9 @@ def raise_failures(
 
 
 def _diagnosis_lines(record: ErrorEntry | None) -> list[str]:
-    if record is None or record["kind"] in (None, THREAD_ERROR):
+    if record is None or record.kind in (None, THREAD_ERROR):
         return []
-    return [f"kind: {record['kind']}", f"hint: {record['hint']}"]
+    return [f"kind: {record.kind}", f"hint: {record.hint}"]
 
 
 def _short(exc: BaseException) -> str:

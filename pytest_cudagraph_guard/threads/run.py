@@ -25,17 +25,12 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 import pytest
 
 from .._torch import faults, runtime
+from ..core.entries import ErrorEntry, SettingEntry
+from ..core.kinds import TIMEOUT
 from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks
-from ..core.records import (
-    TIMEOUT,
-    ErrorEntry,
-    SettingEntry,
-    ThreadRunFacts,
-    error_entry,
-    is_skip_or_xfail,
-    thread_run_key,
-)
+from ..core.outcomes import is_skip_or_xfail
 from ..core.settings import SettingsReader, switched
+from ..core.stash import ThreadRunFacts, thread_run_key
 from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
 from ..guard.diff import restore as restore_config
 from ..guard.state import Snapshot
@@ -369,7 +364,7 @@ def _stack_of(frame: FrameType | None) -> str:
 
 def _timeout_record(thread_name: str, timeout: float) -> ErrorEntry:
     message = f"still running after {timeout:g} s"
-    return error_entry(thread_name, "Timeout", message, kind=TIMEOUT, hint=timeout_hint(timeout))
+    return ErrorEntry(thread_name, "Timeout", message, kind=TIMEOUT, hint=timeout_hint(timeout))
 
 
 def wait_until_exited(threads: Iterable[threading.Thread]) -> None:

@@ -143,7 +143,7 @@ def test_the_signal_is_read_from_the_fault_handler_where_no_status_is_known() ->
     assert summary(end) == "test process died with SIGABRT (signal 6)"
     text = crash_text(end, prefix="worker 'gw0' crashed")
     error = crash_error(end, text, "xdist worker gw0")
-    assert error["type"] == "SIGABRT"
-    assert error["thread"] == "xdist worker gw0"  # no journal names the crashing thread
-    assert "line 3 in step" in error["traceback"]
+    assert error.type == "SIGABRT"
+    assert error.thread == "xdist worker gw0"  # no journal names the crashing thread
+    assert "line 3 in step" in error.traceback
     assert summary(ProcessEnd(None, lost="test process was lost")) == "test process was lost"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph_guard.core.records import PLUGIN_ERROR
+from pytest_cudagraph_guard.core.kinds import PLUGIN_ERROR
 from pytest_cudagraph_guard.fault_guard import PLUGIN_ERROR_HINT
 
 from ..helpers import records_by_name

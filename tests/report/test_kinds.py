@@ -17,7 +17,7 @@ from pytest_cudagraph_guard import diagnose
 from pytest_cudagraph_guard._torch import observe, tree_events
 from pytest_cudagraph_guard._torch.events import RecordingStarted, Rerecorded, Skipped, TorchEvent
 from pytest_cudagraph_guard._torch.patches import Patches
-from pytest_cudagraph_guard.core.records import (
+from pytest_cudagraph_guard.core.kinds import (
     OVERWRITTEN_OUTPUT,
     POOL_LEAK,
     RERECORD,
@@ -74,8 +74,8 @@ def test_a_tensor_left_in_the_pool_is_named(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(RuntimeError) as raised:
         cgt.check_memory_pool(0, (0, 1), [])
     record = error_record(raised.value, threading.current_thread().name)
-    assert record["kind"] == POOL_LEAK, record
-    assert "no output torch tracks" in (record["hint"] or "")
+    assert record.kind == POOL_LEAK, record
+    assert "no output torch tracks" in (record.hint or "")
 
 
 def test_other_runtime_errors_stay_unclassified() -> None:
@@ -180,13 +180,13 @@ def test_a_graph_recorded_again_carries_torchs_reason(events: list[Any]) -> None
     for event in events:
         activity.add(event)
     (entry,) = activity.findings()
-    assert entry["kind"] == RERECORD
-    assert entry["type"] == "Rerecord"
-    assert entry["message"] == (
+    assert entry.kind == RERECORD
+    assert entry.type == "Rerecord"
+    assert entry.message == (
         "torch recorded the CUDA graph of step (model.py:7) again (2 times in this test): "
         "static input data pointer changed"
     )
-    assert "copy_" in (entry["hint"] or "")
+    assert "copy_" in (entry.hint or "")
 
 
 def test_a_new_input_size_is_a_graph_recorded_again(events: list[Any]) -> None:
@@ -235,7 +235,7 @@ def test_the_rerecord_limit_is_a_skip_and_a_finding(events: list[Any]) -> None:
     assert rerecord.reason == skip.reason
     assert skip.reason.endswith("due to static input data pointer changed.")
     [finding] = _activity_of(events).findings()
-    assert "now runs it without CUDA graphs" in (finding["hint"] or "")
+    assert "now runs it without CUDA graphs" in (finding.hint or "")
 
 
 def test_leaving_the_fast_path_is_a_finding_once_per_function_and_reason(
@@ -247,12 +247,12 @@ def test_leaving_the_fast_path_is_a_finding_once_per_function_and_reason(
     manager.apply_checkpoint_execution_state_in_allocator()
     manager.apply_checkpoint_execution_state_in_allocator()
     entries = _activity_of(events).findings()
-    assert [e["kind"] for e in entries] == [SLOW_PATH, SLOW_PATH]
+    assert [e.kind for e in entries] == [SLOW_PATH, SLOW_PATH]
     warned, checkpointed = entries
-    assert "(once in this test)" in warned["message"]
-    assert "pending backward" in warned["message"]
-    assert "(2 times in this test)" in checkpointed["message"]
-    assert all("cudagraph_mark_step_begin" in (e["hint"] or "") for e in entries)
+    assert "(once in this test)" in warned.message
+    assert "pending backward" in warned.message
+    assert "(2 times in this test)" in checkpointed.message
+    assert all("cudagraph_mark_step_begin" in (e.hint or "") for e in entries)
 
 
 def test_a_fast_path_check_that_did_not_warn_is_no_finding(events: list[Any]) -> None:

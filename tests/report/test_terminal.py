@@ -11,12 +11,8 @@ from typing import Any
 import pytest
 
 from pytest_cudagraph_guard._torch import cudagraph_settings
-from pytest_cudagraph_guard.core.records import (
-    Activity,
-    error_entry,
-    new_test_record,
-    setting_entry,
-)
+from pytest_cudagraph_guard.core.entries import ErrorEntry, SettingEntry
+from pytest_cudagraph_guard.core.records import Activity, SkipEntry, TestRecord
 from pytest_cudagraph_guard.report.entries import CPU_SKIP_TEXT, skip_text, thread_label
 from pytest_cudagraph_guard.report.render import BLOCK_LINES, brief_lines, full_lines, summary_lines
 
@@ -142,40 +138,28 @@ def test_a_hundred_tests_with_thirty_failures_fit_one_screen(ourtester: pytest.P
     )
 
 
-def record(**fields: Any) -> dict[str, Any]:
+def record(**fields: Any) -> TestRecord:
     """A record as the report plugin builds it, with what a test sets."""
     activity = Activity(
-        compiled=[],
-        cudagraphed_graphs=0,
         recorded=fields.pop("recorded", 0),
         replays=fields.pop("replays", 0),
         skips=fields.pop("skips", []),
-        torch_skip_counter=0,
-        by_thread={},
         earlier_compiled=fields.pop("earlier_compiled", 0),
     )
-    base: dict[str, Any] = {
-        "outcome": "passed",
-        "where": "main",
-        "settings": {},
-        "env": {},
-        "activity": activity,
-        "errors": [],
-    }
+    base: dict[str, Any] = {"outcome": "passed", "where": "main", "settings": {}, "env": {}}
     base.update(fields)
-    nodeid = base.pop("nodeid", "test_x.py::test_x")
-    return dict(new_test_record(nodeid, **base))
+    return TestRecord(base.pop("nodeid", "test_x.py::test_x"), activity=activity, **base)
 
 
-def drafter_skip(thread: str, devices: str = "") -> dict[str, str]:
-    return {"thread": thread, "reason": f"skipping cudagraphs due to multiple devices: {devices}"}
+def drafter_skip(thread: str, devices: str = "") -> SkipEntry:
+    return SkipEntry(thread, f"skipping cudagraphs due to multiple devices: {devices}")
 
 
 def test_identical_lines_of_several_threads_are_grouped() -> None:
     skips = [drafter_skip(f"drafter-{i}") for i in (2, 0, 3, 1)]
     skips.append(drafter_skip("drafter-7", "device(type='cuda', index=0), device(type='cpu')"))
     errors = [
-        error_entry(
+        ErrorEntry(
             f"cudagraph-thread-{i}",
             "AssertionError",
             "",
@@ -185,7 +169,7 @@ def test_identical_lines_of_several_threads_are_grouped() -> None:
         for i in range(3)
     ]
     errors.append(
-        error_entry(
+        ErrorEntry(
             "drafter-9",
             "ConfigDivergence",
             "a function was compiled in thread 'drafter-9' with triton.cudagraphs=False",
@@ -193,7 +177,7 @@ def test_identical_lines_of_several_threads_are_grouped() -> None:
             hint=None,
         )
     )
-    lines = full_lines(record(skips=skips, errors=errors, where="thread x 3"))  # type: ignore[arg-type]
+    lines = full_lines(record(skips=skips, errors=errors, where="thread x 3"))
     text = words(lines)
     assert f"skip x4 [drafter-0..3]: {CPU_SKIP_TEXT}" in text
     assert "skip [drafter-7]: skipping cudagraphs due to multiple devices: device(" in text
@@ -258,7 +242,7 @@ def test_a_finding_cut_to_one_line_keeps_its_gist() -> None:
     """However tight the block, a finding's line keeps its key and both values."""
     long_thread = "speculative-drafter-thread-with-a-long-name"
     errors = [
-        error_entry(
+        ErrorEntry(
             f"{long_thread}-{i}",
             "ConfigDivergence",
             f"triton.cudagraph_trees=False in thread '{long_thread}-{i}', True in the main "
@@ -267,8 +251,8 @@ def test_a_finding_cut_to_one_line_keeps_its_gist() -> None:
             hint="h " * 200,
         )
         for i in range(2)
-    ] + [error_entry("MainThread", f"Error{i}", "x " * 100, kind=None, hint=None) for i in range(3)]
-    lines = brief_lines(record(errors=errors))  # type: ignore[arg-type]
+    ] + [ErrorEntry("MainThread", f"Error{i}", "x " * 100, kind=None, hint=None) for i in range(3)]
+    lines = brief_lines(record(errors=errors))
     text = words(lines)
     assert (
         f"finding x2 [{long_thread}-0..1]: ConfigDivergence: triton.cudagraph_trees=False in "
@@ -311,29 +295,29 @@ def test_torchs_cpu_only_skip_is_said_as_cpu_tensors() -> None:
 
 def test_one_value_per_setting_and_a_second_only_where_torch_acted_under_two() -> None:
     settings = {
-        "triton.cudagraphs": setting_entry(True, "test"),
-        "triton.cudagraph_trees": setting_entry(True, "test"),
+        "triton.cudagraphs": SettingEntry(True, "test"),
+        "triton.cudagraph_trees": SettingEntry(True, "test"),
     }
-    at_end = {"triton.cudagraph_trees": setting_entry(False, "default")}
+    at_end = {"triton.cudagraph_trees": SettingEntry(False, "default")}
     varied = record(
         settings=settings,
         settings_at_end=at_end,
         settings_varied={"triton.cudagraphs": [True, False, True]},
         skips=[drafter_skip("MainThread")],
     )
-    lines = full_lines(varied)  # type: ignore[arg-type]
+    lines = full_lines(varied)
     assert "triton.cudagraphs=True (test), also False" in lines[1]
     assert "triton.cudagraph_trees=True (test)" in lines[1]
     assert "at the end" not in "\n".join(lines)
-    brief = brief_lines(varied)  # type: ignore[arg-type]
+    brief = brief_lines(varied)
     assert brief[1] == "  settings: triton.cudagraphs=True (test), also False"
     steady = record(settings=settings, settings_at_end=at_end, skips=[drafter_skip("MainThread")])
-    assert not any("settings" in line for line in brief_lines(steady))  # type: ignore[arg-type]
+    assert not any("settings" in line for line in brief_lines(steady))
 
 
 def test_a_block_stays_a_few_lines_and_counts_what_it_leaves_out() -> None:
     errors = [
-        error_entry(
+        ErrorEntry(
             "MainThread",
             f"Error{i}",
             "torch said a lot\n" + "traceback line\n" * 50,
@@ -342,11 +326,11 @@ def test_a_block_stays_a_few_lines_and_counts_what_it_leaves_out() -> None:
         )
         for i in range(6)
     ]
-    lines = brief_lines(record(errors=errors, outcome="failed"))  # type: ignore[arg-type]
+    lines = brief_lines(record(errors=errors, outcome="failed"))
     assert len(lines) <= BLOCK_LINES
     assert lines[-1] == "  … 3 more entries (--cudagraph-report=term-all shows them)"
     assert lines[1] == "  error [MainThread]: Error0: torch said a lot  (kind: tls-corrupt)"
-    one = brief_lines(record(errors=errors[:1], outcome="failed"))  # type: ignore[arg-type]
+    one = brief_lines(record(errors=errors[:1], outcome="failed"))
     assert len(one) == 4  # head, the entry, its hint cut to two lines
     assert one[2].startswith("      hint: hint number 0 and what to do")
     assert one[3].endswith("…")
@@ -354,17 +338,17 @@ def test_a_block_stays_a_few_lines_and_counts_what_it_leaves_out() -> None:
 
 
 def test_findings_notes_and_what_ran_earlier_in_the_summary() -> None:
-    rerecord = error_entry(
+    rerecord = ErrorEntry(
         "drafter-0",
         "Rerecord",
         "step: re-recorded: static input data pointer changed (2 times)",
         kind="rerecord",
         hint="keep static inputs at one address",
     )
-    slow = error_entry(
+    slow = ErrorEntry(
         "MainThread", "SlowPath", "step: pending backward", kind="slow-path", hint=None
     )
-    note = error_entry(
+    note = ErrorEntry(
         "MainThread",
         "KeyError",
         "report: the settings of this test: 'triton'",
@@ -376,7 +360,7 @@ def test_findings_notes_and_what_ran_earlier_in_the_summary() -> None:
         record(nodeid="t.py::b", errors=[note], earlier_compiled=2, replays=4),
         record(nodeid="t.py::c", outcome="skipped"),
     ]
-    lines = summary_lines(records)  # type: ignore[arg-type]
+    lines = summary_lines(records)
     assert lines == [
         "3 tests: 2 passed, 1 skipped",
         "torch: 0 tests compiled, 1 recorded (3 graphs), 2 replayed (13 replays), "
@@ -387,11 +371,11 @@ def test_findings_notes_and_what_ran_earlier_in_the_summary() -> None:
         "findings: rerecord 2, slow-path 1",
         "plugin errors: plugin-error 1",
     ]
-    brief = brief_lines(records[0])  # type: ignore[arg-type]
+    brief = brief_lines(records[0])
     assert brief[1].startswith("  finding x2 [drafter-0]: Rerecord: step: re-recorded")
     assert words(brief[1:3]).endswith("(2 times) (kind: rerecord)")
     assert any(line.startswith("  finding [MainThread]: SlowPath") for line in brief)
-    assert brief_lines(records[1])[1] == (  # type: ignore[arg-type]
+    assert brief_lines(records[1])[1] == (
         "  note [MainThread]: KeyError: report: the settings of this test: 'triton'  "
         "(kind: plugin-error)"
     )
