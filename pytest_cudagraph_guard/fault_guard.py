@@ -32,6 +32,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 import pytest
 
 from ._torch import faults
+from ._torch.faults import Loss as Loss  # noqa: PLC0414 (re-exported: the guard's word for what a part loses)
 
 # Whether a test asked for what a part does: how it asked (a marker, an option), else None.
 Honours = Callable[[pytest.Item], "str | None"]
@@ -49,7 +50,7 @@ class Part(NamedTuple):
     fail, naming the plugin, where it fails; for them it is tried again for each test); and
     whether nothing it serves can go on without it."""
 
-    loss: faults.Loss
+    loss: Loss
     honours: Honours | None = None
     essential: bool = False
 
@@ -92,7 +93,7 @@ class Site:
         self.parameters = tuple(inspect.signature(code).parameters)
         self.stops = part.honours is None
 
-    def given(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Given:
+    def given(self, args: tuple[Any, ...], kwargs: Given) -> Given:
         return {**dict(zip(self.parameters, args, strict=False)), **kwargs}
 
 
@@ -128,7 +129,7 @@ def site_of(guarded: object) -> Site | None:
     return site if isinstance(site, Site) else None
 
 
-def _run(site: Site, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _run(site: Site, args: tuple[Any, ...], kwargs: Given) -> Any:
     if site.stops and faults.is_stopped(site.part.loss):
         return _stopped(site.part)
     try:
@@ -140,9 +141,7 @@ def _run(site: Site, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return None
 
 
-def _run_generator(
-    site: Site, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Generator[Any, Any, Any]:
+def _run_generator(site: Site, args: tuple[Any, ...], kwargs: Given) -> Generator[Any, Any, Any]:
     given = site.given(args, kwargs)  # where the test and the config are found
     if site.stops and faults.is_stopped(site.part.loss):
         _stopped(site.part)

@@ -11,9 +11,8 @@ from collections.abc import Generator
 
 import pytest
 
-from ._torch.faults import Loss
 from .core.warnings import warn_torch_notices
-from .fault_guard import Part, guards
+from .fault_guard import Loss, Part, guards
 
 _DELIVERY = Part(Loss("cudagraph_guard", "its warnings delivered at each test's teardown"))
 

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import hookspecs
-from ._torch.faults import Loss
 from .core.session import PluginNames, PluginSession, plugin_session, start_plugin_session
-from .fault_guard import Part, fail_unhonoured, guards
+from .fault_guard import Loss, Part, fail_unhonoured, guards
 from .guard.fixtures import cudagraphs, dynamo_config, inductor_config
 
 if TYPE_CHECKING:

@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import pytest
 
 from ._torch import runtime
-from ._torch.faults import Loss
 from .core.markers import MAIN_THREAD_MARKER, SUBPROCESS_MARKER, THREAD_MARKER, plugin_marks
 from .core.options import applied_lines, plugin_options
 from .core.stash import applied_by_key
-from .fault_guard import Part, guards
+from .fault_guard import Loss, Part, guards
 
 if TYPE_CHECKING:
     from .core.session import PluginSession

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .._torch.faults import Loss
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards
 
 if TYPE_CHECKING:
     from .config_guard import ConfigGuard

@@ -21,12 +21,11 @@ import pytest
 from _pytest.terminal import TerminalReporter  # pytest 8.0 exports no pytest.TerminalReporter
 
 from .._torch import runtime
-from .._torch.faults import Loss
 from ..core.records import JsonObject
 from ..core.session import plugin_session
 from ..core.stash import journal_path_key, test_process_key
 from ..core.warnings import CudagraphGuardWarning
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards
 from . import distributions
 from .cuda import AHEAD
 from .ending import Ending

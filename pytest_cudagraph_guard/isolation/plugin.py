@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .._torch.faults import Loss
 from ..core.markers import checked_marks, plugin_marks, subprocess_marker_asked
 from ..core.session import PluginNames, PluginSession
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards
 
 if TYPE_CHECKING:
     from .runner import TestRunner

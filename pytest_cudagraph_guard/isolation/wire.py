@@ -246,9 +246,9 @@ def read_frames(path: str | Path) -> list[Frame]:
     return [found for found in map(decode, lines) if found["kind"] != "unreadable"]
 
 
-def _fields(found: object) -> dict[str, Any]:
+def _fields(found: object) -> Frame:
     """A frame's fields, less its kind."""
-    return {key: value for key, value in cast(dict[str, Any], found).items() if key != "kind"}
+    return {key: value for key, value in cast(Frame, found).items() if key != "kind"}
 
 
 def hello_of(found: Frame) -> SessionHello:

@@ -9,9 +9,8 @@ from typing import Final
 
 import pytest
 
-from .._torch.faults import Loss
 from ..core.records import USER_PROPERTY, TestRecord, from_json
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards
 from .entries import cut, grouped, record_entries
 
 KIND_PROPERTY: Final = "cudagraph_kind"

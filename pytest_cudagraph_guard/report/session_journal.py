@@ -27,13 +27,12 @@ from typing import Final
 
 import pytest
 
-from .._torch.faults import Loss
 from ..core.records import JsonObject, TestRecord, from_json
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
 from ..crash.activity_journal import CrashJournal
 from ..crash.journal import Action, read_journal
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards
 
 PARTIAL_SUFFIX: Final = ".partial"
 ACTIVITY_SUFFIX: Final = ".activity"

@@ -14,9 +14,8 @@ from typing import Any, Final, cast
 
 import pytest
 
-from .._torch.faults import Loss
 from ..core.records import USER_PROPERTY, JsonObject
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards
 
 # The serialized report's key that carries (the index of the record among the user properties,
 # the record as JSON).

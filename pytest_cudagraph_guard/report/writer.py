@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Final
 import pytest
 
 from .._torch import runtime
-from .._torch.faults import Loss
 from ..core.options import applied_lines
 from ..core.records import USER_PROPERTY, Environment, ReportDocument, TestRecord, from_json
 from ..core.report_formats import ReportFormat
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards
 from .render import (
     brief_lines,
     full_lines,

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .._torch.faults import Loss
 from ..core.markers import plugin_marks, thread_marker_asked
 from ..core.session import PluginNames, PluginSession
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards
 
 if TYPE_CHECKING:
     from .run import ThreadSession
