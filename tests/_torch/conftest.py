@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..forked_sessions import ForkedSessions
+from .forked_sessions import ForkedSessions
 
 
 @pytest.fixture(scope="module")

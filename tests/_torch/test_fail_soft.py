@@ -17,8 +17,8 @@ from pytest_cudagraph_guard._torch import faults, import_hooks, observe
 from pytest_cudagraph_guard._torch.patch_table import PATCHES, PatchRow
 from pytest_cudagraph_guard._torch.runtime import torch_version
 
-from ..forked_sessions import ForkedSessions
 from ..helpers import records_by_name
+from .forked_sessions import ForkedSessions
 
 _HELPERS = """
 import importlib.util

@@ -1,0 +1,1 @@
+"""Tests of core/: the options and what loading the plugin imports."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procfs import all_gone
+from tests.helpers import all_gone
 
 # The plugins of the test extra these tests run beside (the release matrix's oldest pytest runs
 # without them: they need a newer one).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..guard.faults import make_faults
+from ..fault_guard.faults import make_faults
 from .conftest import STRICT_INI, counts, no_internal_error
 
 READS_CONFIG = """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..procfs import all_gone
+from ..helpers import all_gone
 
 TESTS = """
 import os

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..helpers import read_back, records_by_name
-from ..torch_fixes import LAZY_THREAD_STATE
+from ..helpers import LAZY_THREAD_STATE, read_back, records_by_name
 from .drafters import drafter_suite
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..torch_fixes import LAZY_THREAD_STATE
+from ..helpers import LAZY_THREAD_STATE
 
 SMALL_CUDA_SUITE = """
 import ctypes

@@ -6,8 +6,7 @@ import textwrap
 
 import pytest
 
-from ..helpers import read_report
-from ..torch_fixes import LAZY_THREAD_STATE
+from ..helpers import LAZY_THREAD_STATE, read_report
 from .drafters import drafter_suite
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ..conftest import QUIET_INI
-from ..procfs import all_gone
+from ..helpers import all_gone
 from .conftest import FakeCuda, logged
 
 TESTS = """

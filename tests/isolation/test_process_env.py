@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ..conftest import QUIET_INI
-from ..helpers import read_report
-from ..procfs import all_gone
+from ..helpers import all_gone, read_report
 from .conftest import FakeCuda, logged
 
 TESTS = """

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_cudagraph_guard.isolation.forking import Exiting
 
-from ..procfs import alive, all_gone
+from ..helpers import alive, all_gone
 
 # Each process that sets up a session (the parent's included) logs its pid, the marker's
 # variable as it saw it then, and whether CUDA graph trees were on.

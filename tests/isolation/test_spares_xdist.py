@@ -17,7 +17,7 @@ from pytest_cudagraph_guard.isolation.spares import (
 )
 
 from ..conftest import QUIET_INI
-from ..procfs import all_gone
+from ..helpers import all_gone
 from .conftest import FakeCuda, logged
 
 H200_CORES = 16

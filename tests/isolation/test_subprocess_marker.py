@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..helpers import read_report
-from ..procfs import all_gone, session_in_background, wait_for
+from ..helpers import all_gone, read_report, session_in_background, wait_for
 
 
 def test_the_whole_test_runs_in_a_fresh_process_set_up_as_the_parent(

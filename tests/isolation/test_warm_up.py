@@ -6,7 +6,7 @@ runs them through the same code path. Real sessions and processes."""
 from __future__ import annotations
 
 from ..conftest import QUIET_INI
-from ..procfs import all_gone
+from ..helpers import all_gone
 from .conftest import FakeCuda, logged
 
 TESTS = """

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_cudagraph_guard._torch.cudagraph_settings import settings_can_wait_for_import
 
-from ..procfs import all_gone, session_in_background, wait_for
+from ..helpers import all_gone, session_in_background, wait_for
 from .conftest import FORKED_BY_A_ZYGOTE
 
 

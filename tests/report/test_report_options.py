@@ -11,8 +11,7 @@ from pytest_cudagraph_guard._torch.cudagraph_settings import config_is_process_w
 from pytest_cudagraph_guard._torch.events import CUDAGRAPH_SWITCHES
 
 from ..conftest import QUIET_INI
-from ..helpers import read_report, records_by_name
-from ..legacy_torch import CONFTEST as LEGACY_CONFTEST
+from ..helpers import LEGACY_CONFTEST, read_report, records_by_name
 
 # A list-valued cudagraph key (not in every release): a read in a test copies its default.
 LIST_KEY = "cudagraph_unsafe_unbacked_ops"

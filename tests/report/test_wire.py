@@ -10,7 +10,7 @@ import pytest
 from pytest_cudagraph_guard.core.records import USER_PROPERTY
 from pytest_cudagraph_guard.report.wire import WIRE_KEY, pack, unpack
 
-from ..guard.faults import make_faults
+from ..fault_guard.faults import make_faults
 from ..helpers import records_by_name
 
 # A conftest that keeps, on xdist's controller only, each record a plugin reads there.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..legacy_torch import CONFTEST as LEGACY_CONFTEST
+from ..helpers import LEGACY_CONFTEST
 
 WHERE_TESTS = r"""
 import os

@@ -7,8 +7,7 @@ import sys
 import pytest
 import torch
 
-from ..legacy_torch import CONFTEST as LEGACY_CONFTEST
-from ..torch_fixes import FX_TRACING_PER_THREAD
+from ..helpers import FX_TRACING_PER_THREAD, LEGACY_CONFTEST
 
 
 def test_body_runs_in_named_threads_released_together(ourtester: pytest.Pytester) -> None:

@@ -16,7 +16,7 @@ import torch._inductor.cudagraph_trees as cgt
 
 import pytest_cudagraph_guard as g
 
-from ..legacy_torch import LEGACY_GET_OBJ
+from .helpers import LEGACY_GET_OBJ
 
 # The messages torch raises for cudaErrorStreamCaptureUnsupported (900) and
 # cudaErrorStreamCaptureInvalidated (901), as seen on the H200 with torch 2.11.
