@@ -130,6 +130,8 @@ def get_obj(local, attr_name):
 """
 
 LEGACY_CONFTEST = f"""
+import pytest
+import torch._inductor.cudagraph_trees as cgt
 
 LEGACY_GET_OBJ = {LEGACY_GET_OBJ!r}
 
