@@ -83,6 +83,8 @@ class TestRecord:
     settings_varied: dict[str, list[Any]] = field(default_factory=dict)  # several values, in order
     uses_plugin: bool = False  # a fixture or marker of the plugin
     applied_by: str | None = None  # the option that applied the plugin's marker
+    # Keys a ``pytest_cudagraph_record`` hook added: in JSON, after the record's own.
+    added: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,9 @@ def to_json(record: object) -> Any:
     record_type: type = type(record)
     if not is_dataclass(record_type):
         return record
-    return {name: to_json(getattr(record, name)) for name, _ in _field_readers(record_type)}
+    found = {name: to_json(getattr(record, name)) for name, _ in _field_readers(record_type)}
+    added = found.pop(_ADDED, {})
+    return {**found, **added}
 
 
 # What JSON holds as it is: most of a record's values (checked before a call, for speed).
@@ -139,7 +143,14 @@ def from_json(record_type: type[R], data: Mapping[str, Any]) -> R:
     """A record of ``record_type`` from the JSON of :func:`to_json`: each field ``data`` holds,
     a record (or a list or dict of them) where the field's type says so."""
     readers = _field_readers(cast(type, record_type))
-    return record_type(**{name: read(data[name]) for name, read in readers if name in data})
+    found = {name: read(data[name]) for name, read in readers if name in data and name != _ADDED}
+    if any(name == _ADDED for name, _ in readers):
+        found[_ADDED] = {key: value for key, value in data.items() if key not in found}
+    return record_type(**found)
+
+
+# The field of a record that holds the keys others added to its JSON, which reads them back.
+_ADDED: Final = "added"
 
 
 @cache

@@ -200,6 +200,7 @@ def test_hooks_add_keys_and_receive_each_record(ourtester: pytest.Pytester) -> N
 
         def pytest_cudagraph_record(item, record):
             RECORDS.append((item.nodeid, record["outcome"]))
+            record["team"] = "drafters"  # a key of the hook's own, kept in the report
 
         def pytest_unconfigure(config):
             print("RECORDS", sorted(RECORDS))
@@ -217,6 +218,8 @@ def test_hooks_add_keys_and_receive_each_record(ourtester: pytest.Pytester) -> N
     )
     record = read_report(ourtester.path / "r.json")["tests"][0]
     assert record["settings"]["max_autotune"] == {"value": True, "source": "test"}
+    assert list(record)[-1] == "team"
+    assert record["team"] == "drafters"
 
 
 def test_tls_missing_in_the_report(ourtester: pytest.Pytester) -> None:
