@@ -69,7 +69,9 @@ def test_missing_thread_state_from_the_real_get_obj_frames() -> None:
     assert type(exc) is AssertionError
     assert str(exc) == ""
     found = g.diagnose(exc, "drafter-1")
-    assert found == g.Diagnosis("tls-missing", found.hint)
+    # By its fields: pytester's in-process sessions may have this worker import the module again.
+    assert found is not None
+    assert found.kind == "tls-missing"
     assert "ensure_cudagraph_tls()" in found.hint
     assert "#184357" in found.hint
     assert "TORCHINDUCTOR_CUDAGRAPH_TREES" not in found.hint
