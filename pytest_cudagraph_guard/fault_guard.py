@@ -37,7 +37,7 @@ from ._torch.faults import Loss as Loss  # noqa: PLC0414 (re-exported: the guard
 # Whether a test asked for what a part does: how it asked (a marker, an option), else None.
 Honours = Callable[[pytest.Item], "str | None"]
 F = TypeVar("F", bound=Callable[..., Any])
-Given = dict[str, Any]  # a call's arguments, by the names of the code's parameters
+Given = dict[str, object]  # a call's arguments, by the names of the code's parameters
 
 PLUGIN_ERROR_HINT: Final = (
     "a failure of cudagraph_guard's own code, not of the test: that part of the plugin is off "
@@ -224,7 +224,8 @@ def _config_of(given: Given) -> pytest.Config | None:
     if isinstance(config, pytest.Config):
         return config
     items = given.get("items")  # pytest_collection_modifyitems's: the first one's
-    holders = [given.get(name) for name in _WITH_CONFIG] + (items[:1] if items else [])
+    holders = [given.get(name) for name in _WITH_CONFIG]
+    holders += items[:1] if isinstance(items, list) else []
     for holder in holders:
         config = getattr(holder, "config", None)
         if isinstance(config, pytest.Config):

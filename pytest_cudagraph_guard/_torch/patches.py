@@ -44,7 +44,7 @@ def applied_rows() -> dict[str, frozenset[str]]:
 
 
 # What ``Patches.observe`` calls with a patched call's arguments (``self`` first, for a method).
-Observing = Callable[[tuple[Any, ...], dict[str, Any]], None]
+Observing = Callable[[tuple[Any, ...], dict[str, object]], None]
 
 
 class Patches:
