@@ -38,6 +38,7 @@ from ._torch.faults import Loss as Loss  # noqa: PLC0414 (re-exported: the guard
 Honours = Callable[[pytest.Item], "str | None"]
 F = TypeVar("F", bound=Callable[..., Any])
 Given = dict[str, object]  # a call's arguments, by the names of the code's parameters
+Call = tuple[tuple[Any, ...], Given]  # a call's positional and keyword arguments
 
 PLUGIN_ERROR_HINT: Final = (
     "a failure of cudagraph_guard's own code, not of the test: that part of the plugin is off "
@@ -137,12 +138,12 @@ def _run(site: Site, args: tuple[Any, ...], kwargs: Given) -> Any:
     except Exception as error:
         if not _is_ours(error):
             raise
-        _failed(site, site.given(args, kwargs), error, raise_now=False)
+        _failed(site, (args, kwargs), error, raise_now=False)
         return None
 
 
 def _run_generator(site: Site, args: tuple[Any, ...], kwargs: Given) -> Generator[Any, Any, Any]:
-    given = site.given(args, kwargs)  # where the test and the config are found
+    call = (args, kwargs)  # where the test and the config are found, should it fail
     if site.stops and faults.is_stopped(site.part.loss):
         _stopped(site.part)
         return (yield)
@@ -153,22 +154,22 @@ def _run_generator(site: Site, args: tuple[Any, ...], kwargs: Given) -> Generato
         if not _is_ours(error):
             raise
         # Outside a test's phases a failure is no test's: the test fails at its setup.
-        _failed(site, given, error, raise_now=site.name not in _OUTSIDE_PHASES)
+        _failed(site, call, error, raise_now=site.name not in _OUTSIDE_PHASES)
         return (yield)
     try:
         sent = yield sent_first
     except GeneratorExit:
-        _close(inner, site, given)
+        _close(inner, site, call)
         raise
     except BaseException as thrown:
-        return _after_yield(inner, site, given, None, thrown)
-    return _after_yield(inner, site, given, sent, None)
+        return _after_yield(inner, site, call, None, thrown)
+    return _after_yield(inner, site, call, sent, None)
 
 
 def _after_yield(
     inner: Generator[Any, Any, Any],
     site: Site,
-    given: Given,
+    call: Call,
     sent: Any,
     thrown: BaseException | None,
 ) -> Any:
@@ -179,7 +180,7 @@ def _after_yield(
     except BaseException as raised:
         if raised is thrown or not _is_ours(raised):
             raise  # a deliberate outcome: pytest.fail of --cudagraph-guard=fail, say
-        _failed(site, given, raised, raise_now=False)
+        _failed(site, call, raised, raise_now=False)
     if thrown is not None:
         raise thrown
     return sent
@@ -197,13 +198,13 @@ def _resume(inner: Generator[Any, Any, Any], sent: Any, thrown: BaseException | 
     raise RuntimeError("a guarded generator yielded more than once")
 
 
-def _close(inner: Generator[Any, Any, Any], site: Site, given: Given) -> None:
+def _close(inner: Generator[Any, Any, Any], site: Site, call: Call) -> None:
     try:
         inner.close()
     except Exception as error:
         if not _is_ours(error):
             raise
-        _failed(site, given, error, raise_now=False)
+        _failed(site, call, error, raise_now=False)
 
 
 def _is_ours(error: BaseException) -> bool:
@@ -233,9 +234,10 @@ def _config_of(given: Given) -> pytest.Config | None:
     return None
 
 
-def _failed(site: Site, given: Given, error: BaseException, *, raise_now: bool) -> None:
+def _failed(site: Site, call: Call, error: BaseException, *, raise_now: bool) -> None:
     """Our code failed: noted, and, where the test asked for that part, the test fails saying
     so; an ``essential`` part stops what it serves."""
+    given = site.given(*call)
     item, config = _item_of(given), _config_of(given)
     configuring = site.name in _CONFIGURATION_HOOKS
     note_failure(site.part.loss, error, item, config, configuring=configuring, stops=site.stops)

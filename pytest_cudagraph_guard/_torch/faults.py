@@ -3,7 +3,7 @@ call: the part concerned stops, the user's call goes on as it would without the 
 notice per session and loss says so. The package turns the notices into warnings
 (``core.warnings``); the parts of the boundary call ``run_ours`` and ``note_missing``.
 
-It also holds a pytest session's share of the boundary's module state (``core.fault_guard``
+It also holds a pytest session's share of the boundary's module state (``fault_guard``
 begins and ends it). What one session noted, cached or left waiting is dropped at its end, and
 the notices at its start too, so that a second session in one process (pytester in-process, IDE
 runners) records what a fresh process would. What torch is patched with is reference-counted by

@@ -1,6 +1,6 @@
 """The environment variables of torch that the plugin guards, reports and passes on: the one
 filter that picks them, and a cheap stamp that tells whether they may have changed. Read by the
-config snapshots (:mod:`.config_state`), the settings, the report and the test processes'
+config snapshots (:mod:`..guard.state`), the settings, the report and the test processes'
 controller."""
 
 from __future__ import annotations

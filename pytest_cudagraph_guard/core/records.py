@@ -4,7 +4,7 @@ environment and summary, the whole report (:class:`ReportDocument`); each built 
 And their one JSON boundary: :func:`to_json` makes what the JSON report holds, what rides on a
 test's report as the user property ``cudagraph`` (across pytest-xdist and test processes) and what
 the ``pytest_cudagraph_record`` hook gets; :func:`from_json` reads it back (a field the JSON lacks
-keeps its default; a key no field has is left out).
+keeps its default; a test record keeps a key no field has, one the hook added, in ``added``).
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ class SettingsReader:
 
     def __init__(self, store: DefaultsStore | None = None) -> None:
         self._store = store
-        # The defaults last read from the store, and torch's variables they were read under.
-        self._stored: tuple[EnvironStamp, dict[str, SettingEntry] | None] | None = None
+        # The defaults last read from the store, torch's variables they were read under, and
+        # the store's key for them.
+        self._stored: tuple[EnvironStamp, str, dict[str, SettingEntry] | None] | None = None
         self._config: config_access.ConfigAccess | None = None
         self._keys: list[str] = []
         self._made_from: StoredValues | None = None
@@ -118,14 +119,14 @@ class SettingsReader:
 
         extra_keys = list(extra_keys)
         config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
-        # Taken before inductor is imported: its import sets variables of its own
-        # (TORCHINDUCTOR_CACHE_DIR), and the next session looks the defaults up without it.
         defaults_key = None
         if config is None:
-            defaults_key = _defaults_key(extra_keys)
-            stored = self._defaults_stored(defaults_key)
+            stored = self._defaults_stored(extra_keys)
             if stored is not None:
                 return dict(stored)
+            # The key looked up, not one taken after the import: inductor's import sets a
+            # variable of its own (TORCHINDUCTOR_CACHE_DIR), which the next session's lookup lacks.
+            defaults_key = self._stored[1] if self._stored is not None else None
             config = config_access.import_config(config_access.INDUCTOR_CONFIG)
         keys = [*config.cudagraph_keys(), *(k for k in extra_keys if config.has_key(k))]
         if config is not self._config or keys != self._keys:
@@ -147,14 +148,14 @@ class SettingsReader:
         made_from = self._made_from
         return made_from is not None and environ_stamp() == self._stamp and made_from.unchanged()
 
-    def _defaults_stored(self, key: str) -> dict[str, SettingEntry] | None:
-        """Inductor's defaults under torch's variables now, as the store keeps them under
-        ``key``: looked up again only when those variables changed (a read per test phase costs
-        a stamp)."""
+    def _defaults_stored(self, extra_keys: list[str]) -> dict[str, SettingEntry] | None:
+        """Inductor's defaults under torch's variables now, as the store keeps them: looked up
+        again only when those variables changed (a read per test phase costs a stamp)."""
         if self._store is None or "torch" not in sys.modules:
             return None
         stamp = environ_stamp()
         if self._stored is None or self._stored[0] != stamp:
+            key = _defaults_key(extra_keys)
             stored = self._store.get(key, None)
             rows = stored if isinstance(stored, list) else []
             found = {
@@ -162,8 +163,8 @@ class SettingsReader:
                 for row in rows
                 if isinstance(row, list) and len(row) == _ROW_LENGTH
             }
-            self._stored = (stamp, found or None)
-        return self._stored[1]
+            self._stored = (stamp, key, found or None)
+        return self._stored[2]
 
 
 def _defaults_key(extra_keys: list[str]) -> str:

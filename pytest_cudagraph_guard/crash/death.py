@@ -1,7 +1,7 @@
 """A test's process that died without a result, made the test's report, as xdist's
 ``handle_crashitem`` does: a ``cudagraph_subprocess`` test process (:func:`log_process_death`,
 called by ``isolation.runner``) or a pytest-xdist worker (:func:`worker_died`, called by
-``report.crash_journal`` on xdist's controller, which reads the worker's files), all in the
+``crash.activity_journal`` on xdist's controller, which reads the worker's files), all in the
 same words: its signal or exit code (or its timeout), the last CUDA-graph action its journal saw
 (:mod:`.journal`), the crashing thread's stack once (the user's frames only, :mod:`.stacks`),
 ``xfail`` as pytest-forked has it, and the report's record.

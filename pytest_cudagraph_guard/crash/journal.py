@@ -1,6 +1,6 @@
 """A test process's journal of CUDA-graph activity: a small file that survives the process, so
 that :mod:`.death` can say what the process was doing when it died. Written where the test runs
-(``report.crash_journal``), read (:func:`read_journal`) by the process that saw it die (the
+(:mod:`.activity_journal`), read (:func:`read_journal`) by the process that saw it die (the
 parent of a ``cudagraph_subprocess`` test, or xdist's controller).
 
 One line when a test starts, then one line each time the activity changes (a compile starts, a

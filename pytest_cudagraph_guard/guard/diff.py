@@ -1,4 +1,4 @@
-"""What differs between two snapshots of the guarded state (:mod:`.config_state`), in effect,
+"""What differs between two snapshots of the guarded state (:mod:`.state`), in effect,
 and putting the earlier one back, for the leak guard and the thread marker (``threads.run``):
 loaded once something changed."""
 

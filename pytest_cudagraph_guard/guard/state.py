@@ -1,6 +1,6 @@
 """Snapshots of the guarded state (torch's config modules and environment), and a cheap check
 that it is unchanged, for the leak guard and the thread marker (``threads.run``); what changed,
-and putting it back, is :mod:`.config_diff`'s."""
+and putting it back, is :mod:`.diff`'s."""
 
 from __future__ import annotations
 

@@ -182,7 +182,7 @@ class TestRunner:
         *,
         marker: SubprocessOptions,
     ) -> None:
-        """Hands the death of ``item``'s process to :mod:`..core.death`: how it ended, what its
+        """Hands the death of ``item``'s process to :mod:`..crash.death`: how it ended, what its
         journal says, and what this process knows of the test for its record (the settings the
         marker set, the environment it gave the process)."""
         stderr = ended.stream(STDERR_NAME)

@@ -43,7 +43,7 @@ STDOUT_NAME: Final = "stdout"
 STDERR_NAME: Final = "stderr"
 RESULTS_NAME: Final = "results.jsonl"
 NEEDED_MODULES_NAME: Final = "needed-modules"
-JOURNAL_NAME: Final = "journal"  # the test's CUDA-graph activity (core.journal), read at a crash
+JOURNAL_NAME: Final = "journal"  # the test's CUDA-graph activity (crash.journal), read at a crash
 # The variable that names the two descriptors of the session's terminal, "OUT,ERR", in a
 # zygote or spawned interpreter; set only where the session's output is live.
 TERMINAL_FDS_VARIABLE: Final = "PYTEST_CUDAGRAPH_GUARD_TERMINAL_FDS"

@@ -1,6 +1,6 @@
 """What the report knows so far, kept on disk while the session runs, so that a session that
 dies (a native crash in the pytest process, SIGKILL, out of memory) leaves it: the records of
-the tests that ended, the tests that started, and (:mod:`..core.journal`, beside it) the running
+the tests that ended, the tests that started, and (:mod:`..crash.journal`, beside it) the running
 test's last CUDA-graph activity and thread. Removed when the session ends and its files are
 written; ``python -m pytest_cudagraph_guard report PATH`` (:mod:`..__main__`) prints the term
 report of one left behind.

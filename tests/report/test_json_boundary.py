@@ -10,38 +10,17 @@ import pytest
 from pytest_cudagraph_guard.core.records import ReportDocument, from_json
 from pytest_cudagraph_guard.report.render import json_text
 
-SUITE = """
-import threading
-import pytest
-import torch
-import torch._inductor.config as config
+from .test_records import PROBLEM_TESTS
 
-def test_leaks():
-    config.triton.cudagraphs = True
-
-def test_skips_cudagraphs():
-    torch._dynamo.reset()
-    torch.compile(lambda x: torch.sin(x) + 1, mode="reduce-overhead")(torch.ones(4))
-
-def test_thread_error():
-    def drafter():
-        raise ValueError("drafter broke")
-    thread = threading.Thread(target=drafter, name="drafter-3")
-    thread.start()
-    thread.join()
-
-def test_diverges(cudagraphs):
-    torch._dynamo.reset()
-    thread = threading.Thread(
-        target=lambda: torch.compile(lambda x: x * 7)(torch.ones(4)), name="drafter-9"
-    )
-    thread.start()
-    thread.join()
-
+# A test of each problem the report names, and a thread-marked test that fails.
+SUITE = (
+    PROBLEM_TESTS
+    + """
 @pytest.mark.cudagraph_thread(threads=2)
 def test_in_threads():
     assert False
 """
+)
 DOCUMENT_KEYS = ["schema", "environment", "tests", "summary"]
 ENVIRONMENT_KEYS = ["python", "torch", "triton", "cuda", "driver", "gpus", "options"]
 OPTIONS_KEYS = [

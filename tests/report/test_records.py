@@ -427,7 +427,9 @@ def test_cross_thread_graph_is_a_finding_in_the_record(ourtester: pytest.Pyteste
     result.stdout.fnmatch_lines(["*(kind: cross-thread-graph)"])
 
 
-FAIL_ON_SUITE = """
+# A test of each problem the report names: a leak, a cudagraph skip, a thread error and a
+# divergence (shared with the JSON boundary's test).
+PROBLEM_TESTS = """
 import threading
 import pytest
 import torch
@@ -454,10 +456,14 @@ def test_diverges(cudagraphs):
     )
     thread.start()
     thread.join()
-
+"""
+FAIL_ON_SUITE = (
+    PROBLEM_TESTS
+    + """
 def test_clean():
     pass
 """
+)
 
 
 @pytest.mark.parametrize(
