@@ -16,7 +16,7 @@ from typing import Final
 
 import pytest
 
-from ._torch import faults, runtime
+from ._torch import faults, release
 from .core.entries import ErrorEntry
 from .core.kinds import (
     CAPTURE_CONFLICT,
@@ -150,12 +150,12 @@ def _mentions_tls_machinery(exc: BaseException, text: str) -> bool:
 
 
 def _torch_label() -> str:
-    version = runtime.torch_version()
+    version = release.torch_version()
     return f"torch {version}" if version else "this torch"
 
 
 def tls_missing_hint() -> str:
-    if runtime.release_tuple() >= FIXED_IN:
+    if release.release_tuple() >= FIXED_IN:
         return (
             "CUDAGraph Trees per-thread state is missing: torch >= 2.13 creates it lazily "
             f"({FIX_PR}), so an older get_obj is in use here (a patched or vendored "
@@ -173,7 +173,7 @@ def tls_missing_hint() -> str:
 def capture_conflict_hint() -> str:
     from ._torch import trees
 
-    if runtime.release_tuple() >= FIXED_IN:
+    if release.release_tuple() >= FIXED_IN:
         return (
             "CUDA graph capture overlapped with CUDA work in another thread; torch >= 2.13 "
             "serializes warm-up and capture (graph_capture_lock) but not eager work, "

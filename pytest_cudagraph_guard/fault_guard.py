@@ -32,7 +32,12 @@ from typing import Any, Final, NamedTuple, TypeVar
 import pytest
 
 from ._torch import faults
-from ._torch.faults import Loss as Loss  # noqa: PLC0414 (re-exported: the guard's word for what a part loses)
+
+# The features' words for the guard beside ``guards``: what a part loses, code of ours run inside
+# another's call (a thread's excepthook, a journal's write), and a notice said once a session.
+from ._torch.faults import Loss as Loss  # noqa: PLC0414
+from ._torch.faults import notice_once as notice_once  # noqa: PLC0414
+from ._torch.faults import run_ours as run_ours  # noqa: PLC0414
 
 # Whether a test asked for what a part does: how it asked (a marker, an option), else None.
 Honours = Callable[[pytest.Item], "str | None"]
@@ -346,3 +351,11 @@ def unhonoured_message(asked: str, why: str) -> str:
         f"cudagraph_guard could not run this test as {asked} asks: {why}. This is a failure "
         "of the plugin, not of the test (see the CudagraphGuardWarning); please report it"
     )
+
+
+def start_session(config: pytest.Config) -> None:
+    """The guard's session starts before any part's code runs: the torch boundary's state is
+    this session's, and left at its end (the first cleanup added runs last, after every
+    feature's) for the sessions that follow in this process or that this one ran inside."""
+    faults.begin_fault_session()
+    config.add_cleanup(faults.end_session)

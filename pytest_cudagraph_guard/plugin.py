@@ -2,7 +2,7 @@
 fixtures, and the features, each loaded when the session shows that it needs it.
 
 Loading this module declares and imports nothing more (never torch). Its own hooks declare, and
-start the fault guard's session (``_torch.faults``); the rest are ``Features``', registered
+start the fault guard's session (``fault_guard.start_session``); the rest are ``Features``', registered
 as the plugin is: ``pytest_configure`` builds the session's ``PluginSession``, which every feature
 reads, and registers the features that the options ask for; the marker features load once a
 collected module or test names their marker. Hooks are in lifecycle order. PYTEST_DONT_REWRITE:
@@ -18,7 +18,7 @@ import pytest
 
 from . import hookspecs
 from .core.session import PluginNames, PluginSession, plugin_session, start_plugin_session
-from .fault_guard import Loss, Part, fail_unhonoured, guards
+from .fault_guard import Loss, Part, fail_unhonoured, guards, start_session
 from .guard.fixtures import cudagraphs, dynamo_config, inductor_config
 
 if TYPE_CHECKING:
@@ -59,13 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> object:
-    """The fault guard's session starts before any part's code runs: the torch boundary's state
-    is this session's, and left at its end for the sessions that follow in this process (or that
-    this one ran inside). Its first cleanup: it runs after every feature's."""
-    from ._torch import faults
-
-    faults.begin_fault_session()
-    config.add_cleanup(faults.end_session)
+    """The fault guard's session starts before any part's code runs."""
+    start_session(config)
     return (yield)
 
 
@@ -168,7 +163,7 @@ class Features:
         """A marked test: its markers checked; skipped without torch (where the marker is the
         test's own: a suite option runs a torch-free test all the same) or without a CUDA device
         that the marker requires."""
-        from ._torch import runtime
+        from ._torch import release, runtime
         from .core.markers import checked_marks, plugin_marks
         from .core.options import plugin_options
         from .core.outcomes import NO_CUDA, NO_TORCH, skip_test
@@ -188,7 +183,7 @@ class Features:
                 skip_test(NO_TORCH)
             return
         asked = (checked.thread, checked.process)
-        if any(o is not None and o.require_cuda for o in asked) and not runtime.cuda_visible():
+        if any(o is not None and o.require_cuda for o in asked) and not release.cuda_visible():
             skip_test(NO_CUDA)
 
 

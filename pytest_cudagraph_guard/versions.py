@@ -1,5 +1,5 @@
 """The versions and GPUs a session ran with, as one record type: the torch boundary fills it
-(``_torch.runtime.versions``) and the report's environment (``core.records.Environment``) adds
+(``_torch.release.versions``) and the report's environment (``core.records.Environment``) adds
 the session's options to it. Standard library only, beneath every layer, so that both read it."""
 
 from __future__ import annotations

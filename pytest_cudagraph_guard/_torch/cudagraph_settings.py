@@ -16,7 +16,7 @@ from .config_access import (
 )
 from .events import CUDAGRAPH_SWITCHES, ConfigValues, cudagraph_switches
 from .faults import Loss, run_ours
-from .runtime import release_tuple
+from .release import release_tuple
 from .values import RawEntry
 
 

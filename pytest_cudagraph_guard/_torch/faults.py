@@ -89,7 +89,7 @@ def notice_once(key: str, text: str) -> None:
 
 
 def torch_release() -> str:
-    from .runtime import torch_version  # only once there is something to say
+    from .release import torch_version  # only once there is something to say
 
     return torch_version() or "unknown"
 

@@ -42,7 +42,7 @@ from .faults import Loss, run_ours
 from .import_hooks import OnEachImport
 from .patch_table import PATCHES
 from .patches import Patches, owner_class
-from .runtime import release_tuple
+from .release import release_tuple
 from .thread_names import started_outside_python, thread_label
 from .tree_events import (
     compiled_function,

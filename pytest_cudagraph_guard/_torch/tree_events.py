@@ -24,7 +24,7 @@ from .events import RecordingStarted, Rerecorded, Skipped, SlowPath, emit
 from .faults import run_ours
 from .patch_table import PATCHES
 from .patches import Patches, owner_class
-from .runtime import release_tuple
+from .release import release_tuple
 from .thread_names import thread_label
 from .trees import CUDAGRAPH_TREES
 

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
-from .._torch import runtime, values
+from .._torch import release, runtime, values
 from .._torch.events import cudagraph_switches
 from .._torch.torch_env import EnvironStamp, environ_stamp, user_torch_env
 from .entries import SettingEntry
@@ -269,7 +269,7 @@ def print_settings() -> None:
         reader = read.get(name)
         note = f"read by {reader}" if reader else "not read by this torch release"
         print(f"  {name}={value}  ({note})")
-    versions = runtime.versions()
+    versions = release.versions()
     print("versions:")
     for key in ("python", "torch", "triton", "cuda", "driver"):
         print(f"  {key}: {getattr(versions, key) or '-'}")

@@ -20,10 +20,10 @@ from typing import IO, Any, Final
 import pytest
 from _pytest.faulthandler import fault_handler_stderr_fd_key  # pytest exports none
 
-from .._torch import events, faults, runtime
+from .._torch import events, runtime
 from .._torch.torch_env import UserEnvReader, user_torch_env
 from ..core.stash import journal_path_key
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards, run_ours
 from .journal import (
     COMPILED,
     COMPILING,
@@ -48,10 +48,10 @@ _DOING: Final[dict[type, str]] = {
 WORKER_JOURNAL: Final = "cudagraph_guard_journal"
 WORKER_FAULTS: Final = "cudagraph_guard_faults"
 WORKER_REAP_TIMEOUT_S: Final = 5.0
-_JOURNAL_LOSS: Final = faults.Loss(
+_JOURNAL_LOSS: Final = Loss(
     "--cudagraph-report", "the last CUDA-graph activity of a test whose process dies"
 )
-_FAULTS_LOSS: Final = faults.Loss(
+_FAULTS_LOSS: Final = Loss(
     "--cudagraph-report", "the signal of a dead xdist worker, and pytest's fault handler given back"
 )
 
@@ -79,13 +79,13 @@ class CrashJournal:
 
             observe.start_observing(self._on_event)
             self._observing = True
-        faults.run_ours(_JOURNAL_LOSS, self._writer.start_test, nodeid, self._env.read())
+        run_ours(_JOURNAL_LOSS, self._writer.start_test, nodeid, self._env.read())
 
     def _on_event(self, event: events.TorchEvent) -> None:
         writer = self._writer
         action = journal_action(event)
         if writer is not None and action is not None:
-            faults.run_ours(_JOURNAL_LOSS, writer.note, action)
+            run_ours(_JOURNAL_LOSS, writer.note, action)
 
     def close_file(self) -> None:
         if self._writer is not None:
@@ -139,7 +139,7 @@ class WorkerFaults:
 class WorkerCrashes:
     """Registered on xdist's controller: gives each worker its files, reads a dead one's."""
 
-    PART = Part(faults.Loss("--cudagraph-report", "the records of tests whose xdist worker died"))
+    PART = Part(Loss("--cudagraph-report", "the records of tests whose xdist worker died"))
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config

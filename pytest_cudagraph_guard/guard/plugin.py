@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pytest
 
-from .._torch import faults, runtime
+from .._torch import runtime
 from ..core.stash import leaks_key
 from ..core.warnings import (
     CudagraphConfigLeakWarning,
     warn_torch_notices,
 )
-from ..fault_guard import Part, guards, note_failure
+from ..fault_guard import Loss, Part, guards, note_failure, notice_once
 from .state import QuickCheck, Snapshot
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _PACKAGE: Final = Path(__file__).resolve().parent
-_CHECKING: Final = Part(faults.Loss("--cudagraph-guard", "leak checks"))
+_CHECKING: Final = Part(Loss("--cudagraph-guard", "leak checks"))
 
 
 def leak_message(nodeid: str, changes: list[Change], restored: bool) -> str:
@@ -63,7 +63,7 @@ class LeakGuard:
                 self._put_back_baseline()
                 note_failure(_CHECKING.loss, exc)
                 return None
-            faults.notice_once(
+            notice_once(
                 "leak guard: unreadable config",
                 f"cudagraph_guard could not check torch's config ({type(exc).__name__}: "
                 f"{exc}); leaks are not checked for the rest of this session",

@@ -10,11 +10,12 @@ without running it again. A module whose import fails is left likewise.
 torch's per-process work (``_torch.process_work``) is done in the zygote itself, checked after by
 the same rule (:func:`walk_work`). While it walks, an import that only asks whether CUDA exists
 asks NVML (``process_work.cuda_asked_through_nvml``).
-Used by :mod:`.zygote`'s ``Learner``.
+``preload`` imports one module in the zygote itself. Used by :mod:`.zygote`.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import os
 import select
@@ -34,6 +35,30 @@ from .forking import fork_hazard, kill_child, kill_group
 TRIAL_SILENCE_S: Final = 120.0
 _DIED: Final = "a trial process died or hung importing it"
 _NO_TRIAL: Final = "(none)"  # where no trial could be forked
+
+
+def preload(name: str) -> str | None:
+    """Imports module ``name`` for the test processes to come; what the parent should say if it
+    could not (a missing torch is each test's to report, as a skip)."""
+    try:
+        runtime.import_quietly(name)
+    except Exception as exc:
+        print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
+        if name.startswith("pytest"):
+            raise
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
+            return None
+        return preload_failure(name, repr(exc))
+    finally:
+        gc.freeze()  # children then leave these objects to the collector's permanent generation
+    return None
+
+
+def preload_failure(name: str, error: str) -> str:
+    return (
+        f"cudagraph_subprocess: the zygote could not preload {name} ({error}); each test "
+        "process imports it itself"
+    )
 
 
 @dataclass

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from .._torch import process_work, runtime
+from .._torch import process_work
 from . import distributions
 from .forking import (
     Exiting,
@@ -33,7 +33,7 @@ from .forking import (
 )
 from .preloads import PRELOAD_FIRST, PRELOAD_FOR_COMPILING, needed_modules, trusted
 from .spares import Spares
-from .walk import Walked, walk_imports, walk_work
+from .walk import Walked, preload, preload_failure, walk_imports, walk_work
 from .wire import (
     SESSION_FOLDER_PREFIX,
     ChildRequest,
@@ -55,30 +55,6 @@ _PARENT = os.getppid()
 # How long the zygote walks a test module's imports before it forks the module's first test
 # process (the parent waits 300 s at most for it): the rest it walks while that test runs.
 WALK_BEFORE_FORK_S = 120.0
-
-
-def preload(name: str) -> str | None:
-    """Imports module ``name`` for the test processes to come; what the parent should say if it
-    could not (a missing torch is each test's to report, as a skip)."""
-    try:
-        runtime.import_quietly(name)
-    except Exception as exc:
-        print(f"zygote: could not preload {name}: {exc!r}", file=sys.stderr)
-        if name.startswith("pytest"):
-            raise
-        if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
-            return None
-        return preload_failure(name, repr(exc))
-    finally:
-        gc.freeze()  # children then leave these objects to the collector's permanent generation
-    return None
-
-
-def preload_failure(name: str, error: str) -> str:
-    return (
-        f"cudagraph_subprocess: the zygote could not preload {name} ({error}); each test "
-        "process imports it itself"
-    )
 
 
 class Preloads:

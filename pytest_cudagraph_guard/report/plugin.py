@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from .._torch import events, faults, runtime, thread_names
+from .._torch import events, runtime, thread_names
 from .._torch.torch_env import UserEnvReader
 from ..core.entries import ErrorEntry, SettingEntry
 from ..core.markers import plugin_marks
@@ -23,7 +23,7 @@ from ..core.records import USER_PROPERTY, Activity, TestRecord, to_json
 from ..core.settings import SettingsReader
 from ..core.stash import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
 from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser
-from ..fault_guard import Part, guards
+from ..fault_guard import Loss, Part, guards, run_ours
 from .activity import TestActivity, settings_as_acted
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ test_state_key = pytest.StashKey[TestState]()
 class ReportPlugin:
     """Observes each test where it runs and builds its record."""
 
-    PART = Part(faults.Loss("--cudagraph-report", "the records of tests"))
+    PART = Part(Loss("--cudagraph-report", "the records of tests"))
 
     def __init__(self, session: PluginSession) -> None:
         config = self.config = session.config
@@ -293,7 +293,7 @@ def failure_text(nodeid: str, lines: list[str]) -> str:
 # -- exceptions that end threads the test started itself, seen through threading.excepthook --
 
 
-_WATCHING = faults.Loss("--cudagraph-report", "errors of threads that tests start themselves")
+_WATCHING = Loss("--cudagraph-report", "errors of threads that tests start themselves")
 
 
 class ThreadExceptionWatch:
@@ -351,6 +351,6 @@ class _ChainedHook:
 
     def __call__(self, args: threading.ExceptHookArgs) -> None:
         try:
-            faults.run_ours(_WATCHING, self.watch.seen, args)  # in the thread that ended
+            run_ours(_WATCHING, self.watch.seen, args)  # in the thread that ended
         finally:
             self.previous(args)

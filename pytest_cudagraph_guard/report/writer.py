@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from .._torch import runtime
+from .._torch import release
 from ..core.options import applied_lines
 from ..core.records import USER_PROPERTY, Environment, ReportDocument, TestRecord, from_json
 from ..core.report_formats import ReportFormat
@@ -156,13 +156,7 @@ def section_lines(records: list[TestRecord], *, everything: bool) -> tuple[list[
 
 def _environment(options: PluginOptions | None) -> Environment:
     shown = options.as_json() if options is not None else None
-    try:
-        found = runtime.versions()
-    except runtime.TorchNotInstalled:
-        import platform
-
-        return Environment(python=platform.python_version(), options=shown)
-    return Environment(**vars(found), options=shown)
+    return Environment(**vars(release.versions()), options=shown)
 
 
 def why_not_writable(path: Path) -> str | None:

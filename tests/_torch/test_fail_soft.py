@@ -15,7 +15,7 @@ import pytest
 
 from pytest_cudagraph_guard._torch import faults, import_hooks, observe
 from pytest_cudagraph_guard._torch.patch_table import PATCHES, PatchRow
-from pytest_cudagraph_guard._torch.runtime import torch_version
+from pytest_cudagraph_guard._torch.release import torch_version
 
 from ..helpers import records_by_name
 from .forked_sessions import ForkedSessions

@@ -20,7 +20,7 @@ import torch._inductor.output_code
 import torch.cuda.graphs
 
 from pytest_cudagraph_guard import _torch
-from pytest_cudagraph_guard._torch import counting, events, observe, runtime, trees
+from pytest_cudagraph_guard._torch import counting, events, observe, release, trees
 from pytest_cudagraph_guard._torch.patch_table import PATCHES
 from pytest_cudagraph_guard._torch.patches import applied_rows
 
@@ -150,6 +150,6 @@ def test_tree_managers_run_unwatched_where_each_thread_has_its_own_callable() ->
     observe.start_observing(observer)
     try:
         watched = cgt.CUDAGraphTreeManager.__dict__["run"] is not original
-        assert watched == (runtime.release_tuple() < (2, 13))
+        assert watched == (release.release_tuple() < (2, 13))
     finally:
         observe.stop_observing(observer)
