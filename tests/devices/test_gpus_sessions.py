@@ -112,7 +112,9 @@ def test_after(n):
 
 
 def test_a_replaced_worker_is_on_its_predecessors_gpu(fake_gpus: FakeGpus) -> None:
-    tester = fake_gpus(H100, H100)
+    # Three GPUs for two workers (gw0 on 0,1; gw1 on 2): the replacement's id, gw2, names no
+    # share of its own, whichever worker it replaces.
+    tester = fake_gpus(H100, H100, H100)
     tester.makepyfile(CRASHES)
     result = tester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-n", "2", "--dist", "load", "--max-worker-restart=1", REPORT
@@ -125,7 +127,7 @@ def test_a_replaced_worker_is_on_its_predecessors_gpu(fake_gpus: FakeGpus) -> No
     assert set(replacement) == {device}
     record = records_by_name(tester.path / "r.json")["test_0_crashes"]
     assert record["where"] == f"xdist worker {crashed}"
-    assert record["devices"] == [{"index": int(device), "name": H100}]
+    assert record["devices"] == [{"index": int(i), "name": H100} for i in device.split(",")]
 
 
 GPUS_MARKED = (
