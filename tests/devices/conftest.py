@@ -64,7 +64,9 @@ def fake_gpus(
         monkeypatch.setenv("PYTHONPATH", f"{site}:{tester.path / 'site'}")
         monkeypatch.setenv("FAKE_GPUS", ",".join(names))
         monkeypatch.setenv("NVML_ASKED", str(tester.path / "nvml.log"))
+        # As on a host where nothing placed this session (the outer one may have: -n on GPUs).
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        monkeypatch.delenv("PYTEST_CUDAGRAPH_GUARD_DEVICES", raising=False)
         (tester.path / "nvml.log").write_text("")
         return tester
 
