@@ -46,6 +46,20 @@ _AHEAD = Part(
 _SETUP_CHECKS = Part(Loss("cudagraph_guard", "the setup checks of marked tests"))
 
 
+def _gpus_asked(item: pytest.Item) -> str | None:
+    from .core.markers import plugin_marks
+
+    mark = plugin_marks(item).process
+    gpus = None if mark is None else mark.kwargs.get("gpus")
+    return None if gpus is None else f"@pytest.mark.cudagraph_subprocess(gpus={gpus!r})"
+
+
+_DEVICES = Part(
+    Loss("--cudagraph-gpus", "xdist workers and test processes given their GPUs"),
+    honours=_gpus_asked,
+)
+
+
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
     pluginmanager.register(Features(), PluginNames.FEATURES)
@@ -62,6 +76,14 @@ def pytest_cmdline_main(config: pytest.Config) -> object:
     """The fault guard's session starts before any part's code runs."""
     start_session(config)
     return (yield)
+
+
+@pytest.hookimpl(tryfirst=True)  # an xdist worker's GPUs, before other plugins may touch CUDA
+@guards(_DEVICES)
+def pytest_configure(config: pytest.Config) -> None:
+    from .devices.plugin import start_devices
+
+    start_devices(config)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -185,9 +207,24 @@ class Features:
         asked = (checked.thread, checked.process)
         if any(o is not None and o.require_cuda for o in asked) and not release.cuda_visible():
             skip_test(NO_CUDA)
+        if checked.process is not None and checked.process.gpus is not None:
+            _skip_without_gpus(item, checked.process.gpus)
 
 
 _NO_MARKS = (None, None, ())
+
+
+def _skip_without_gpus(item: pytest.Item, wanted: int) -> None:
+    """A test that needs more GPUs than the host has is skipped, here in the session that
+    would have started its process (``cudagraph_subprocess`` leaves it to this session's own
+    protocol: in its process, started, it has the GPUs it was given)."""
+    from .core.outcomes import skip_test
+    from .core.stash import test_devices_key
+
+    devices_for = item.config.stash.get(test_devices_key, None)
+    skip = None if devices_for is None else devices_for(wanted).skip
+    if skip is not None:
+        skip_test(skip)
 
 
 def _start_leak_guard(session: PluginSession) -> None:

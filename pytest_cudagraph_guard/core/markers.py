@@ -35,13 +35,15 @@ THREAD_MARKER_DOC: Final = (
 
 
 SUBPROCESS_MARKER_DOC: Final = (
-    f"{SUBPROCESS_MARKER}(*, timeout=300.0, trees=True, env=None, require_cuda=False): run the "
+    f"{SUBPROCESS_MARKER}(*, timeout=300.0, trees=True, env=None, require_cuda=False, "
+    "gpus=None): run the "
     "whole test (setup, call, teardown) in a fresh Python process that never initialised CUDA, "
     "with triton.cudagraphs=True, triton.cudagraph_trees=`trees` and the variables of the "
     "str->str mapping `env` set; its outcome, output and report are the test's. A process that "
     "dies fails the test with its signal or exit code; one still running after `timeout` "
     "seconds is killed with its process group. require_cuda=True skips the test without a "
-    "CUDA device."
+    "CUDA device. gpus=K gives the process K GPUs of the host (CUDA_VISIBLE_DEVICES), and "
+    "skips the test where the host has fewer."
 )
 
 
@@ -72,6 +74,7 @@ class SubprocessOptions(NamedTuple):
     trees: bool = True
     env: tuple[tuple[str, str], ...] = ()
     require_cuda: bool = False
+    gpus: int | None = None  # the GPUs the test's process needs; None: whatever it is given
     # Not an argument: whether the test process turns CUDA graphs on (a marker of the test's own
     # does, one that --cudagraph-subprocess applied does only under --cudagraph-on).
     switches: bool = True
@@ -216,6 +219,8 @@ def subprocess_options(
     _check_positive_number(options.timeout, "timeout")
     _check_bool(options.trees, "trees")
     _check_bool(options.require_cuda, "require_cuda")
+    if options.gpus is not None:
+        _check_positive_int(options.gpus, "gpus")
     return options
 
 

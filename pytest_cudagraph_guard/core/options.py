@@ -34,6 +34,10 @@ DEFAULT_GUARD_MODE: Final = "warn"
 LEAK: Final = "leak"
 CUDAGRAPH_SKIP: Final = "cudagraph-skip"
 FAIL_ON_KINDS: Final = (*ALL_KINDS, LEAK, CUDAGRAPH_SKIP)
+# --cudagraph-gpus: where the devices go. A count of GPUs, or the tuple of their indices.
+GPUS_AUTO: Final = "auto"
+GPUS_OFF: Final = "off"
+GpuChoice = str | int | tuple[int, ...]
 # The words pytest's own bool ini keys accept.
 TRUE_WORDS: Final = ("1", "true", "t", "yes", "y", "on")
 FALSE_WORDS: Final = ("0", "false", "f", "no", "n", "off")
@@ -87,6 +91,7 @@ class PluginOptions(NamedTuple):
     cuda_ahead: bool = True
     spares: int | None = None  # processes set up ahead per zygote; None: automatic
     process_env: tuple[tuple[str, str], ...] = ()  # set in every test process
+    gpus: GpuChoice = GPUS_AUTO  # auto, off, a count, or a tuple of device indices
     settings: bool = False  # print the settings and exit
     # (field, where its value came from: "--cudagraph-threads", "ini option cudagraph_threads"
     # or "default"), for every field
@@ -115,6 +120,7 @@ class PluginOptions(NamedTuple):
             "report": [str(fmt) for fmt in self.report],
             "fail_on": sorted(self.fail_on),
             "process_env": dict(self.process_env),
+            "gpus": list(self.gpus) if isinstance(self.gpus, tuple) else self.gpus,
             "origins": {name: origin for name, origin in self.origins if name != "settings"},
         }
 
@@ -216,6 +222,32 @@ def _seconds(value: object, origin: str) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise _error(origin, "a positive number of seconds", value)
     return seconds
+
+
+GPUS_EXPECTED: Final = (
+    "auto, off, a positive number of GPUs or device indices I,I,... (one index: I,)"
+)
+
+
+def _gpus(value: object, origin: str) -> GpuChoice:
+    """``auto``, ``off``, a count (``2``) or device indices (``0,2``; one index: ``3,``, told
+    from a count by its comma). Whether the indices are the host's is known only once the
+    devices are counted (``devices``), which says so as a usage error naming ``origin``."""
+    text = _text(value)
+    if text in (GPUS_AUTO, GPUS_OFF):
+        return text
+    if "," not in text:
+        if not (text.isdigit() and int(text) > 0):
+            raise _error(origin, GPUS_EXPECTED, value)
+        return int(text)
+    parts = [part.strip() for part in text.split(",")]
+    indices = parts[:-1] if not parts[-1] else parts  # "3,": the one index 3
+    if not indices or not all(part.isdigit() for part in indices):
+        raise _error(origin, GPUS_EXPECTED, value)
+    found = tuple(int(part) for part in indices)
+    if len(set(found)) != len(found):
+        raise pytest.UsageError(f"{origin}: device index given twice in {text!r}")
+    return found
 
 
 def _words(value: object) -> list[str]:
@@ -347,6 +379,15 @@ DECLARED: Final = {
         "--cudagraph-subprocess before it initialises CUDA (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1); "
         "a marker's env= wins",
         "linelist",
+    ),
+    "gpus": Declared(
+        _gpus,
+        "the GPUs of the host that xdist workers and the plugin's test processes get, through "
+        "CUDA_VISIBLE_DEVICES: auto (every GPU where there are several; one GPU: nothing "
+        "changes), a number of GPUs, device indices I,I,... or off. Default: ini "
+        "cudagraph_gpus, else auto",
+        "default for --cudagraph-gpus",
+        argparse={"metavar": "{auto,N,I[,I...],off}"},
     ),
     "settings": Declared(
         _boolean,

@@ -65,6 +65,15 @@ class Activity:
     earlier_compiled: int = 0  # graphs the test ran that an earlier test compiled
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceEntry:
+    """A GPU that the plugin gave a test's process: its index as the host numbers it (NVML's,
+    ``nvidia-smi``'s) and its name."""
+
+    index: int
+    name: str
+
+
 @dataclass(slots=True)
 class TestRecord:
     """One test's entry in the report."""
@@ -83,6 +92,9 @@ class TestRecord:
     settings_varied: dict[str, list[Any]] = field(default_factory=dict)  # several values, in order
     uses_plugin: bool = False  # a fixture or marker of the plugin
     applied_by: str | None = None  # the option that applied the plugin's marker
+    # The GPUs the plugin gave the test's process (``--cudagraph-gpus``, ``gpus=``), its
+    # ``cuda:0`` first; empty where it gave none (one GPU, or none, on the host).
+    devices: list[DeviceEntry] = field(default_factory=list)
     # Keys a ``pytest_cudagraph_record`` hook added: in JSON, after the record's own.
     added: dict[str, Any] = field(default_factory=dict)
 

@@ -31,6 +31,7 @@ class PluginNames:
     SUITE: Final = "cudagraph_guard.suite"
     CUDAGRAPHS_ON: Final = "cudagraph_guard.cudagraphs_on"
     NOTICES: Final = "cudagraph_guard.notices"
+    DEVICES: Final = "cudagraph_guard.devices"
 
 
 class PluginSession:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
@@ -31,6 +31,21 @@ thread_run_key: pytest.StashKey[ThreadRunFacts] = pytest.StashKey()
 # Item: what the leak guard (``guard.plugin``) found the test left changed (and restored), set
 # before the teardown report; read by ``report.plugin`` for the record's leaks.
 leaks_key: pytest.StashKey[list[LeakEntry]] = pytest.StashKey()
+
+
+class TestDevices(NamedTuple):
+    """The GPUs a ``cudagraph_subprocess(gpus=K)`` test's process gets: the variables that give
+    them (empty: it inherits the session's), or why the test is skipped (the host has fewer)."""
+
+    env: dict[str, str]
+    skip: str | None = None
+
+
+# Config: the GPUs for a test process that needs ``K`` of them (``gpus=K``); written by the
+# devices feature (``devices.plugin``) as the session configures, in the session that runs the
+# tests (never in a test process); read by ``isolation`` (the test process's environment) and by
+# ``plugin.py`` (the skip, where the host has fewer).
+test_devices_key: pytest.StashKey[Callable[[int], TestDevices]] = pytest.StashKey()
 # Item: the option that applied a marker of the plugin to the test, e.g.
 # ``--cudagraph-subprocess``: written by ``suite``; read by ``core.markers`` (where a marker
 # came from) and by ``report.plugin`` and ``crash.death`` (the record's ``applied_by``).

@@ -163,6 +163,7 @@ class WorkerCrashes:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A dead worker's files, to :func:`..core.death.worker_died`; a worker without files is
         left as xdist reported it."""
+        from ..core.devices import devices_of_worker
         from .death import ProcessEnd, worker_died  # on xdist's controller, after a crash
 
         node: Any = getattr(report, "node", None)
@@ -177,7 +178,10 @@ class WorkerCrashes:
         )
         full_trace = bool(getattr(self.config.option, "fulltrace", False))
         where, env = f"xdist worker {node.gateway.id}", user_torch_env()
-        worker_died(crashitem, report, end, where=where, full_trace=full_trace, env=env)
+        devices = devices_of_worker(files)  # the GPUs the worker had, where it had its own
+        worker_died(
+            crashitem, report, end, where=where, full_trace=full_trace, env=env, devices=devices
+        )
 
 
 def _reaped(node: Any) -> int | None:

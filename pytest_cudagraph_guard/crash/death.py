@@ -25,7 +25,7 @@ from _pytest.skipping import evaluate_xfail_marks  # pytest's reading of xfail m
 from ..core.entries import ErrorEntry, SettingEntry
 from ..core.kinds import PROCESS_CRASH, TIMEOUT
 from ..core.markers import SUBPROCESS_MARKER
-from ..core.records import USER_PROPERTY, TestRecord, to_json
+from ..core.records import USER_PROPERTY, DeviceEntry, TestRecord, to_json
 from ..core.stash import applied_by_key
 from .journal import NOTHING_READ, JournalReading
 from .stacks import Dump, parse_stacks, split_dump
@@ -202,6 +202,7 @@ def _record(
     settings: dict[str, SettingEntry] | None = None,
     uses_plugin: bool = False,
     applied_by: str | None = None,
+    devices: list[DeviceEntry] | None = None,
 ) -> TestRecord:
     """What the process that saw the death knows of the test: how it died, what it was doing,
     and the environment the process saw (its journal's; else ``env``, the one it was given)."""
@@ -214,6 +215,7 @@ def _record(
         errors=[crash_error(end, text, where)],
         uses_plugin=uses_plugin,
         applied_by=applied_by,
+        devices=devices or [],
     )
 
 
@@ -230,6 +232,7 @@ def log_process_death(
     reporting: bool,
     settings: dict[str, SettingEntry],
     env: dict[str, str],
+    devices: list[DeviceEntry] | None = None,
 ) -> None:
     """Logs the reports ``item``'s process (``pid``) did not send after the phases ``logged``:
     the first one missing failed (or ``xfailed``) with the death's text, then a teardown; with
@@ -272,6 +275,7 @@ def log_process_death(
             settings=settings,
             uses_plugin=True,  # the marker, or the option that applied it
             applied_by=item.stash.get(applied_by_key, None),
+            devices=devices,
         )
         published = to_json(record)  # what the hook gets and the report's JSON holds
         item.config.hook.pytest_cudagraph_record(item=item, record=published)
@@ -331,11 +335,12 @@ def worker_died(
     where: str,
     full_trace: bool,
     env: dict[str, str],
+    devices: list[DeviceEntry] | None = None,
 ) -> None:
     """Rewrites the report xdist made of ``crashitem`` (failed, ``when="???"``, "worker 'gwN'
     crashed while running") with the death's text, and adds the test's record (``where``: the
     worker; ``env``: this process's, where the worker's journal has none)."""
     text = crash_text(end, prefix=str(report.longrepr), nodeid=crashitem, full_trace=full_trace)
     report.longrepr = text.message
-    record = _record(crashitem, end, text, where, outcome="failed", env=env)
+    record = _record(crashitem, end, text, where, outcome="failed", env=env, devices=devices)
     report.user_properties.append((USER_PROPERTY, to_json(record)))

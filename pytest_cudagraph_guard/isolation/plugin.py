@@ -14,6 +14,7 @@ import pytest
 
 from ..core.markers import checked_marks, plugin_marks, subprocess_marker_asked
 from ..core.session import PluginNames, PluginSession
+from ..core.stash import TestDevices, test_devices_key
 from ..fault_guard import Loss, Part, guards
 
 if TYPE_CHECKING:
@@ -69,8 +70,14 @@ class IsolationPlugin:
         marker = checked_marks(item, self.options.timeout, self.options.on).process
         if marker is None:
             return None
+        devices = TestDevices({})
+        devices_for = item.config.stash.get(test_devices_key, None)
+        if marker.gpus is not None and devices_for is not None:
+            devices = devices_for(marker.gpus)
+        if devices.skip is not None:  # too few GPUs: this session's protocol skips it (setup)
+            return None
         runner: TestRunner = self._test_runner()
-        runner.run(item, nextitem, marker)
+        runner.run(item, nextitem, marker, devices.env)
         return True
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)

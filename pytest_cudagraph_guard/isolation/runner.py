@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 import pytest
 
 from .._torch.torch_env import user_torch_env
+from ..core.devices import devices_in
 from ..core.entries import SettingEntry
 from ..core.markers import SubprocessOptions, plugin_marks
 from ..core.session import PluginSession
@@ -106,15 +107,21 @@ class TestRunner:
         self.pool.prestart(process_environment(self.options.process_env), ahead)
 
     def run(
-        self, item: pytest.Item, nextitem: pytest.Item | None, marker: SubprocessOptions
+        self,
+        item: pytest.Item,
+        nextitem: pytest.Item | None,
+        marker: SubprocessOptions,
+        devices_env: dict[str, str] | None = None,
     ) -> None:
         """Runs ``item`` in a test process and logs its reports here, as pytest's own protocol
-        would have. Where ``nextitem`` is marked too, its process is set up meanwhile."""
+        would have. Where ``nextitem`` is marked too, its process is set up meanwhile.
+        ``devices_env``: the variables of the GPUs the marker's ``gpus=`` reserved (none: the
+        process has this session's)."""
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         if self.config.option.usepdb or self.config.option.trace:
             self.notices.append(DEBUGGER_NOTICE)
         folder = self.pool.folder.new_test_folder()
-        request = self._request(item, nextitem, marker, folder)
+        request = self._request(item, nextitem, marker, folder, devices_env or {})
         # What the zygote may load while the test's process starts: the session's modules, for
         # the next ones, and what it loads before it forks the module's first test process.
         learn = Learn(session_modules(self.config), module_imports(item))
@@ -150,17 +157,21 @@ class TestRunner:
         nextitem: pytest.Item | None,
         marker: SubprocessOptions,
         folder: Path,
+        devices_env: dict[str, str],
     ) -> TestRequest:
         """The request for the process that runs ``item``, with its files in ``folder``: the
-        session's variables for test processes, then the marker's over them; its timeout no
-        longer than pytest-timeout's and the margin (the shorter of the two stops the test)."""
+        variables of the GPUs it reserved, the session's variables for test processes, then the
+        marker's over them (a marker's own CUDA_VISIBLE_DEVICES wins); its timeout no longer
+        than pytest-timeout's and the margin (the shorter of the two stops the test)."""
         following = nextitem if nextitem is not None and plugin_marks(nextitem).process else None
         pytest_timeout = item.stash.get(_pytest_timeout_key, None)
         timeout = marker.timeout
         if pytest_timeout is not None:
             timeout = min(timeout, pytest_timeout.seconds + PYTEST_TIMEOUT_MARGIN_S)
         return {
-            "env": process_environment((*self.options.process_env, *marker.env)),
+            "env": process_environment(
+                (*devices_env.items(), *self.options.process_env, *marker.env)
+            ),
             "sys_path": list(sys.path),
             "nodearg": _node_argument(item),
             "trees": marker.trees,
@@ -208,6 +219,7 @@ class TestRunner:
             reporting=self.recording,
             settings={key: SettingEntry(value, "test") for key, value in switched(marker).items()},
             env=user_torch_env(request["env"]),
+            devices=devices_in(request["env"]),
         )
 
 

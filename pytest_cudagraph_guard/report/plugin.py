@@ -6,6 +6,7 @@ test's record to its teardown report, and fails the test at teardown for the ent
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Collection, Generator
@@ -15,6 +16,7 @@ import pytest
 
 from .._torch import events, runtime, thread_names
 from .._torch.torch_env import UserEnvReader
+from ..core.devices import devices_in
 from ..core.entries import ErrorEntry, SettingEntry
 from ..core.markers import plugin_marks
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
@@ -193,6 +195,7 @@ class ReportPlugin:
             settings_varied=shown.varied,
             uses_plugin=_uses_plugin(item, cudagraphs_on=self.session.options.on),
             applied_by=item.stash.get(applied_by_key, None),
+            devices=devices_in(os.environ),  # as the devices feature gave this process
         )
 
     # -- torch's events ------------------------------------------------------------------------

@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "cuda_ahead": True,
     "spares": None,
     "process_env": {},
+    "gpus": "auto",
 }
 
 # Every option and ini key given, each value other than its default.
@@ -42,6 +43,7 @@ GIVEN: dict[str, Any] = {
     "cuda_ahead": False,
     "spares": 0,
     "process_env": {"CGG_ONE": "1", "CGG_TWO": "a=b"},
+    "gpus": "off",  # a count or indices would be checked against this machine's GPUs: none
 }
 COMMAND_LINE = [
     "--cudagraph-guard=restore",
@@ -52,6 +54,7 @@ COMMAND_LINE = [
     "--cudagraph-on",
     "--cudagraph-timeout=30",
     "--cudagraph-fail-on=leak,tls-missing",
+    "--cudagraph-gpus=off",
 ]
 INI_ONLY = "cudagraph_cuda_ahead = no\ncudagraph_spares = 0\ncudagraph_process_env =\n" + (
     "    CGG_ONE=1\n    CGG_TWO = a=b\n"
@@ -65,6 +68,7 @@ INI = INI_ONLY + (
     "cudagraph_on = 1\n"
     "cudagraph_timeout = 30\n"
     "cudagraph_fail_on = leak tls-missing\n"
+    "cudagraph_gpus = off\n"
 )
 
 
@@ -133,6 +137,12 @@ def test_each_ini_key_and_the_command_line_wins(pytester: pytest.Pytester) -> No
             "cudagraph_process_env: expected lines of NAME=VALUE",
         ),
         ("cudagraph_process_env = 2BAD=1", "cudagraph_process_env: expected lines of NAME=VALUE"),
+        ("cudagraph_gpus = -1", "cudagraph_gpus: expected auto, off, a positive number of GPUs"),
+        ("cudagraph_gpus = 0", "cudagraph_gpus: expected auto, off, a positive number of GPUs"),
+        ("cudagraph_gpus = two", "cudagraph_gpus: expected auto, off, a positive number of GPUs"),
+        ("cudagraph_gpus = 1.5", "cudagraph_gpus: expected auto, off, a positive number of GPUs"),
+        ("cudagraph_gpus = 0,x", "cudagraph_gpus: expected auto, off, a positive number of GPUs"),
+        ("cudagraph_gpus = 1,1", "cudagraph_gpus: device index given twice in '1,1'"),
     ],
 )
 def test_a_bad_ini_value_is_one_usage_error_naming_the_key(

@@ -1,0 +1,158 @@
+"""The devices feature's plugin object. ``plugin.py`` starts it first thing as the session
+configures (:func:`start_devices`), before the other plugins' ``pytest_configure``, so that an
+xdist worker has its ``CUDA_VISIBLE_DEVICES`` before anything of the session may initialise
+CUDA (a conftest that initialises CUDA as it is imported is earlier still: it sees every GPU).
+
+Where it counts the devices: xdist's controller (to spread its workers), a session given an
+explicit ``--cudagraph-gpus`` (to check it), and, on demand, a session that meets a test marked
+``gpus=K``. Nowhere else: a session of ``auto`` on one GPU or none asks nothing and changes
+nothing. A worker gets its devices, and the session's, from the controller (``workerinput``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from ..core.devices import DEVICES_VARIABLE, VISIBLE_VARIABLE, WORKER_DEVICES
+from ..core.options import GPUS_OFF, PluginOptions, plugin_options
+from ..core.session import PluginNames
+from ..core.stash import TestDevices, test_devices_key, test_process_key
+from ..fault_guard import Loss, Part, guards
+from . import assign
+from .host import Device, ask_nvml, visible
+
+HEADER = Part(Loss("--cudagraph-gpus", "the GPUs said in the header"))
+WORKERS = Part(Loss("--cudagraph-gpus", "xdist workers given their GPUs"))
+
+
+def start_devices(config: pytest.Config) -> None:
+    """Gives this process its devices (an xdist worker, or a session given explicit ones),
+    and registers the feature where it has more to do. Nothing in a test process: the session
+    that started it gave it its environment."""
+    if test_process_key in config.stash:
+        return
+    # The variables as they were, again at the session's end (a session run inside a process,
+    # as pytester's, leaves that process as it found it).
+    saved = {name: os.environ.get(name) for name in (VISIBLE_VARIABLE, DEVICES_VARIABLE)}
+    config.add_cleanup(lambda: _restore(saved))
+    plugin = DevicesPlugin(config, plugin_options(config))
+    plugin.configure()
+    config.stash[test_devices_key] = plugin.for_test
+    config.pluginmanager.register(plugin, PluginNames.DEVICES)
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+class DevicesPlugin:
+    """The session's devices (counted once, where needed), this process's own share of them,
+    and what xdist's workers and ``gpus=K`` tests get."""
+
+    def __init__(self, config: pytest.Config, options: PluginOptions) -> None:
+        self.config = config
+        self.choice = options.gpus
+        self.origin = options.origin_of("gpus")
+        self._devices: list[Device] | None = None  # None: not counted yet
+        self.own: list[Device] = []  # this process's share, where it has one
+        self._slots: list[object] = []  # the worker specs met, for a spec xdist does not list
+
+    @property
+    def controller(self) -> bool:
+        return self.worker_input is None and getattr(self.config.option, "dist", "no") != "no"
+
+    @property
+    def worker_input(self) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = getattr(self.config, "workerinput", None)
+        return found
+
+    def configure(self) -> None:
+        if self.worker_input is not None:
+            self._take_worker_share(self.worker_input.get(WORKER_DEVICES))
+        elif self.controller:
+            if self.choice != GPUS_OFF:
+                self.devices()  # the count's usage errors before any worker starts
+        elif not isinstance(self.choice, str):  # a count or indices: this session uses them
+            self.own = self.devices()
+            os.environ.update(assign.environment(self.own))
+
+    def devices(self) -> list[Device]:
+        """The devices of the session, as the option chose them from those visible."""
+        if self._devices is None:
+            host = ask_nvml()
+            found = visible(host, os.environ.get(VISIBLE_VARIABLE))
+            self._devices = assign.chosen(found, self.choice, self.origin)
+        return self._devices
+
+    def _take_worker_share(self, given: dict[str, Any] | None) -> None:
+        """On a worker: the session's devices and this worker's, as the controller said, its
+        variables set in this process (and so in its test processes and their spares)."""
+        if given is None:  # the controller counted none: ``off``
+            return
+        self._devices = [Device(*device) for device in given["devices"]]
+        self.own = [self._devices[position] for position in given["own"]]
+        os.environ.update(given["env"])
+
+    @pytest.hookimpl(optionalhook=True)
+    @guards(WORKERS)
+    def pytest_configure_node(self, node: Any) -> None:
+        """On xdist's controller, for each worker it starts: its share of the devices, in its
+        ``workerinput``. A worker that replaces one that died runs on xdist's spec of the one
+        it replaces (under a new id, ``gwN``): it gets the same share."""
+        if self.choice == GPUS_OFF:
+            return
+        devices = self.devices()
+        specs = list(getattr(node.nodemanager, "specs", []))
+        slot = self._slot(node.gateway.spec, specs)
+        own = assign.worker_share(slot, max(len(specs), 1), devices)
+        placed = assign.places(self.choice, devices)
+        node.workerinput[WORKER_DEVICES] = {
+            "devices": [[device.index, device.entry, device.name] for device in devices],
+            "own": [devices.index(device) for device in own] if placed else [],
+            "env": assign.environment(own) if placed else {},
+        }
+
+    def _slot(self, spec: object, specs: list[object]) -> int:
+        """The worker's place among xdist's workers: that of its spec, which a replacement
+        worker shares with the worker it replaces."""
+        for slot, known in enumerate(specs):
+            if known is spec:
+                return slot
+        if not any(known is spec for known in self._slots):
+            self._slots.append(spec)
+        return next(slot for slot, known in enumerate(self._slots) if known is spec)
+
+    @guards(HEADER)
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        """Where the tests run: the session's devices, and how xdist's workers share them."""
+        if self._devices is None or not assign.places(self.choice, self._devices):
+            return []
+        devices = ", ".join(f"{d.index} ({d.name})" for d in self._devices)
+        if not self.controller:
+            return [f"cudagraph gpus: tests on {devices}"]
+        workers = getattr(config.option, "numprocesses", None)
+        if not isinstance(workers, int) or workers < 1:
+            return [f"cudagraph gpus: {devices}, spread over xdist's workers"]
+        shares = [
+            f"gw{slot} on {','.join(str(d.index) for d in share)}"
+            for slot in range(workers)
+            if (share := assign.worker_share(slot, workers, self._devices))
+        ]
+        return [f"cudagraph gpus: {devices}; {', '.join(shares)}"]
+
+    def for_test(self, wanted: int) -> TestDevices:
+        """The devices of a test process that needs ``wanted`` of them (counted here the first
+        time a session without its devices needs them)."""
+        devices = self.devices()
+        skip = assign.skip_reason(wanted, devices)
+        if skip is not None:
+            return TestDevices({}, skip)
+        if not assign.places(self.choice, devices):
+            return TestDevices({})
+        return TestDevices(assign.environment(assign.reservation(self.own, devices, wanted)))
