@@ -1,12 +1,12 @@
 """The ``cudagraph_guard`` pytest plugin: its hookspecs, options, ini keys, markers and
 fixtures, and the features, each loaded when the session shows that it needs it.
 
-Loading this module declares and imports nothing more (never torch). Its own hooks declare, and
-start the fault guard's session (``fault_guard.start_session``); the rest are ``Features``', registered
-as the plugin is: ``pytest_configure`` builds the session's ``PluginSession``, which every feature
-reads, and registers the features that the options ask for; the marker features load once a
-collected module or test names their marker. Hooks are in lifecycle order. PYTEST_DONT_REWRITE:
-see the package's ``__init__``.
+Loading this module declares and imports nothing more (never torch). Its own hooks declare,
+start the fault guard's session (``fault_guard.start_session``) and give an xdist worker its GPUs;
+the rest are ``Features``', registered as the plugin is: ``pytest_configure`` builds the
+session's ``PluginSession``, which every feature reads, and registers the features that the
+options ask for; the marker features load once a collected module or test names their marker.
+Hooks are in lifecycle order. PYTEST_DONT_REWRITE: see the package's ``__init__``.
 """
 
 from __future__ import annotations
