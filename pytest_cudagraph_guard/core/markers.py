@@ -36,14 +36,13 @@ THREAD_MARKER_DOC: Final = (
 
 SUBPROCESS_MARKER_DOC: Final = (
     f"{SUBPROCESS_MARKER}(*, timeout=300.0, trees=True, env=None, require_cuda=False, "
-    "gpus=None): run the "
-    "whole test (setup, call, teardown) in a fresh Python process that never initialised CUDA, "
-    "with triton.cudagraphs=True, triton.cudagraph_trees=`trees` and the variables of the "
-    "str->str mapping `env` set; its outcome, output and report are the test's. A process that "
-    "dies fails the test with its signal or exit code; one still running after `timeout` "
-    "seconds is killed with its process group. require_cuda=True skips the test without a "
-    "CUDA device. gpus=K gives the process K GPUs of the host (CUDA_VISIBLE_DEVICES), and "
-    "skips the test where the host has fewer."
+    "gpus=None): run the whole test (setup, call, teardown) in a fresh Python process that "
+    "never initialised CUDA, with triton.cudagraphs=True, triton.cudagraph_trees=`trees` and "
+    "the variables of the str->str mapping `env` set; its outcome, output and report are the "
+    "test's. A process that dies fails the test with its signal or exit code; one still "
+    "running after `timeout` seconds is killed with its process group. require_cuda=True skips "
+    "the test without a CUDA device. gpus=K gives the process K GPUs of the host "
+    "(CUDA_VISIBLE_DEVICES), and skips the test where the host has fewer."
 )
 
 

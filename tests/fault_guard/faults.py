@@ -63,10 +63,14 @@ def _faulty(code, name, where):
 
 
 def _site(name):
-    """The site of ``module.Class.hook``, or of ``package.module.fixture``."""
-    module, owner, hook = name.rsplit(".", 2)
-    holder = getattr(importlib.import_module("{PACKAGE}." + module), owner)
-    return site_of(getattr(holder, hook))
+    """The site of ``module.Class.hook``, of ``package.module.fixture`` or of ``module.hook``."""
+    path, _, attribute = name.rpartition(".")
+    try:
+        holder = importlib.import_module("{PACKAGE}." + path)
+    except ModuleNotFoundError:  # path ends with a class
+        module, _, owner = path.rpartition(".")
+        holder = getattr(importlib.import_module("{PACKAGE}." + module), owner)
+    return site_of(getattr(holder, attribute))
 
 
 _patched = pytest.MonkeyPatch()

@@ -49,6 +49,7 @@ UNGUARDED = frozenset(
 XDIST_ONLY = (
     "crash.activity_journal.WorkerCrashes.",
     "crash.activity_journal.WorkerFaults.",
+    "devices.plugin.DevicesPlugin.pytest_configure_node",
     "report.wire.",
 )
 # pytest-timeout's hook: called only where it is installed (the oldest pytest's run has none).

@@ -351,7 +351,7 @@ BAD_ARGUMENTS = [
     ("env={'A': 1}", "argument 'env' must be a str->str mapping*got the item 'A': 1"),
     ("env=['A']", "argument 'env' must be a str->str mapping, got [[]'A'[]]"),
     ("trees='no'", "argument 'trees' must be True or False, got 'no'"),
-    ("colour=1", "unknown argument 'colour' (known: timeout, trees, env, require_cuda)"),
+    ("colour=1", "unknown argument 'colour' (known: timeout, trees, env, require_cuda, gpus)"),
     ("600", "takes keyword arguments only, got 600: pass it by keyword, e.g. timeout=600"),
 ]
 
@@ -376,7 +376,7 @@ def test_the_marker_is_documented(ourtester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         [
             "@pytest.mark.cudagraph_subprocess(*, timeout=300.0, trees=True, env=None, "
-            "require_cuda=False): run the whole test*"
+            "require_cuda=False, gpus=None): run the whole test*"
         ]
     )
 

@@ -35,6 +35,7 @@ OPTIONS_KEYS = [
     "cuda_ahead",
     "spares",
     "process_env",
+    "gpus",
     "origins",
 ]
 RECORD_KEYS = [
@@ -50,6 +51,7 @@ RECORD_KEYS = [
     "settings_varied",
     "uses_plugin",
     "applied_by",
+    "devices",
 ]
 ACTIVITY_KEYS = [
     "compiled",
