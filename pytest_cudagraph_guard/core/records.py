@@ -9,7 +9,8 @@ keeps its default; a test record keeps a key no field has, one the hook added, i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cache, partial
 from typing import Any, Final, TypeAlias, TypeVar, cast, get_args, get_origin, get_type_hints
@@ -72,6 +73,28 @@ class DeviceEntry:
 
     index: int
     name: str
+
+
+# The GPUs the devices feature gave a process, in its environment beside CUDA_VISIBLE_DEVICES, as
+# JSON ([[index, name], ...], cuda:0 first): an xdist worker, a test process and a spare set up
+# ahead all say so the same way, and each test's record (a dead process's too) reads it.
+DEVICES_VARIABLE: Final = "PYTEST_CUDAGRAPH_GUARD_DEVICES"
+
+
+def devices_text(devices: Sequence[DeviceEntry]) -> str:
+    return json.dumps([[device.index, device.name] for device in devices])
+
+
+def devices_in(env: Mapping[str, str]) -> list[DeviceEntry]:
+    """The devices the plugin gave the process of environment ``env``; none where it gave none
+    (or the variable is not the plugin's JSON: it is then no record's business)."""
+    text = env.get(DEVICES_VARIABLE)
+    if not text:
+        return []
+    try:
+        return [DeviceEntry(int(index), str(name)) for index, name in json.loads(text)]
+    except (ValueError, TypeError):
+        return []
 
 
 @dataclass(slots=True)

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from ..core.devices import DEVICES_VARIABLE, VISIBLE_VARIABLE, devices_text
+from ..core.devices import VISIBLE_VARIABLE
 from ..core.options import GPUS_AUTO, GPUS_OFF, GpuChoice
-from ..core.records import DeviceEntry
+from ..core.records import DEVICES_VARIABLE, DeviceEntry, devices_text
 from .host import Device
 
 

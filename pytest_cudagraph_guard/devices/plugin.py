@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from ..core.devices import DEVICES_VARIABLE, VISIBLE_VARIABLE, WORKER_DEVICES
+from ..core.devices import VISIBLE_VARIABLE, WORKER_DEVICES
 from ..core.options import GPUS_OFF, PluginOptions, plugin_options
+from ..core.records import DEVICES_VARIABLE
 from ..core.session import PluginNames
 from ..core.stash import TestDevices, test_devices_key, test_process_key
 from ..fault_guard import Loss, Part, guards

@@ -20,9 +20,9 @@ from typing import Any, Final, NamedTuple
 import pytest
 
 from .._torch.torch_env import user_torch_env
-from ..core.devices import devices_in
 from ..core.entries import SettingEntry
 from ..core.markers import SubprocessOptions, plugin_marks
+from ..core.records import devices_in
 from ..core.session import PluginSession
 from ..core.settings import switched
 from ..core.warnings import CudagraphGuardWarning, notify

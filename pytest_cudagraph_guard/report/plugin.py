@@ -16,12 +16,11 @@ import pytest
 
 from .._torch import events, runtime, thread_names
 from .._torch.torch_env import UserEnvReader
-from ..core.devices import devices_in
 from ..core.entries import ErrorEntry, SettingEntry
 from ..core.markers import plugin_marks
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
 from ..core.outcomes import is_skip_or_xfail
-from ..core.records import USER_PROPERTY, Activity, TestRecord, to_json
+from ..core.records import USER_PROPERTY, Activity, TestRecord, devices_in, to_json
 from ..core.settings import SettingsReader
 from ..core.stash import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
 from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser
