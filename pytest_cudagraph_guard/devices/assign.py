@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 import pytest
 
@@ -87,9 +88,12 @@ def skip_reason(wanted: int, devices: Sequence[Device]) -> str | None:
     return f"needs {_gpus(wanted)}, the host has {have if have else 'none'}"
 
 
+# The variables that give a process its devices: CUDA's, and the plugin's record of them.
+VARIABLES: Final = (VISIBLE_VARIABLE, DEVICES_VARIABLE)
+
+
 def environment(devices: Sequence[Device]) -> dict[str, str]:
-    """The variables that give a process ``devices``: CUDA's, and the plugin's record of them
-    (``core.devices``)."""
+    """The variables (:data:`VARIABLES`) that give a process ``devices``."""
     entries = [DeviceEntry(device.index, device.name) for device in devices]
     return {
         VISIBLE_VARIABLE: ",".join(device.entry for device in devices),

@@ -17,7 +17,6 @@ import pytest
 
 from ..core.devices import VISIBLE_VARIABLE, WORKER_DEVICES
 from ..core.options import GPUS_OFF, PluginOptions, plugin_options
-from ..core.records import DEVICES_VARIABLE
 from ..core.session import PluginNames
 from ..core.stash import TestDevices, test_devices_key, test_process_key
 from ..fault_guard import Loss, Part, guards
@@ -36,7 +35,7 @@ def start_devices(config: pytest.Config) -> None:
         return
     # The variables as they were, again at the session's end (a session run inside a process,
     # as pytester's, leaves that process as it found it).
-    saved = {name: os.environ.get(name) for name in (VISIBLE_VARIABLE, DEVICES_VARIABLE)}
+    saved = {name: os.environ.get(name) for name in assign.VARIABLES}
     config.add_cleanup(lambda: _restore(saved))
     plugin = DevicesPlugin(config, plugin_options(config))
     plugin.configure()
