@@ -191,6 +191,11 @@ def _either(choices: tuple[str, ...]) -> str:
     return f"{', '.join(choices[:-1])} or {choices[-1]}"
 
 
+def _ascii_digits(text: str) -> bool:
+    """Whether ``int`` reads ``text`` as the digits it shows (``"²".isdigit()`` is true)."""
+    return text.isascii() and text.isdigit()
+
+
 def _boolean(value: object, origin: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -237,12 +242,12 @@ def _gpus(value: object, origin: str) -> GpuChoice:
     if text in (GPUS_AUTO, GPUS_OFF):
         return text
     if "," not in text:
-        if not (text.isdigit() and int(text) > 0):
+        if not (_ascii_digits(text) and int(text) > 0):
             raise _error(origin, GPUS_EXPECTED, value)
         return int(text)
     parts = [part.strip() for part in text.split(",")]
     indices = parts[:-1] if not parts[-1] else parts  # "3,": the one index 3
-    if not indices or not all(part.isdigit() for part in indices):
+    if not indices or not all(_ascii_digits(part) for part in indices):
         raise _error(origin, GPUS_EXPECTED, value)
     found = tuple(int(part) for part in indices)
     if len(set(found)) != len(found):

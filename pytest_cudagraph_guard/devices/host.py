@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Final
 
 _ASKING_S: Final = 30.0
-# Run by ``python -c``: prints [[index, uuid, name], ...] as JSON.
+# Run by ``python -c``: prints [[index, uuid, name], ...] as JSON; [] where there is no driver
+# (no NVML library, or NVML says none is loaded), null where NVML is there but fails.
 _ASK: Final = r"""
 import json
 
@@ -30,7 +31,14 @@ def text(value):
 def by_pynvml():
     import pynvml
 
-    pynvml.nvmlInit()
+    try:
+        pynvml.nvmlInit()
+    except Exception as error:
+        none = tuple(
+            getattr(pynvml, name, ())
+            for name in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")
+        )
+        return [] if isinstance(error, none) else None
     try:
         found = []
         for index in range(pynvml.nvmlDeviceGetCount()):
@@ -49,12 +57,13 @@ def by_library():
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
         return []
-    if nvml.nvmlInit_v2() != 0:
-        return []
+    status = nvml.nvmlInit_v2()
+    if status != 0:
+        return [] if status == 9 else None  # 9: NVML_ERROR_DRIVER_NOT_LOADED
     try:
         count = ctypes.c_uint()
         if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
-            return []
+            return None
         found = []
         for index in range(count.value):
             handle = ctypes.c_void_p()
@@ -74,7 +83,7 @@ try:
 except ImportError:
     found = by_library()
 except Exception:
-    found = []
+    found = None
 print(json.dumps(found))
 """
 
@@ -86,9 +95,10 @@ class HostDevice:
     name: str
 
 
-def ask_nvml() -> list[HostDevice]:
+def ask_nvml() -> list[HostDevice] | None:
     """The host's devices, asked in a fresh interpreter (this one's environment: a ``pynvml``
-    on ``PYTHONPATH`` answers). An answer that is not one: no devices, as without a driver."""
+    on ``PYTHONPATH`` answers): none without a driver; None where NVML failed, hung or gave no
+    answer (its last line of output, as a ``sitecustomize`` may print before it)."""
     try:
         done = subprocess.run(
             [sys.executable, "-c", _ASK],
@@ -97,10 +107,13 @@ def ask_nvml() -> list[HostDevice]:
             check=False,
             stdin=subprocess.DEVNULL,
         )
-        found = json.loads(done.stdout)
+        lines = done.stdout.splitlines()
+        found = json.loads(lines[-1]) if lines else None
+        if found is None:
+            return None
         return [HostDevice(int(i), str(uuid), str(name)) for i, uuid, name in found]
     except (OSError, subprocess.SubprocessError, ValueError, TypeError):
-        return []
+        return None
 
 
 @dataclass(frozen=True)
@@ -130,7 +143,7 @@ def visible(host: Sequence[HostDevice], variable: str | None) -> list[Device]:
 
 
 def _named(host: Sequence[HostDevice], entry: str) -> HostDevice | None:
-    if entry.isdigit():
+    if entry.isascii() and entry.isdigit():
         return next((d for d in host if d.index == int(entry)), None)
     if entry.startswith("GPU-"):
         matching = [d for d in host if d.uuid.startswith(entry)]

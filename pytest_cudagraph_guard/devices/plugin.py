@@ -19,12 +19,17 @@ from ..core.devices import VISIBLE_VARIABLE, WORKER_DEVICES
 from ..core.options import GPUS_OFF, PluginOptions, plugin_options
 from ..core.session import PluginNames
 from ..core.stash import TestDevices, test_devices_key, test_process_key
-from ..fault_guard import Loss, Part, guards
+from ..fault_guard import Loss, Part, guards, notice_once
 from . import assign
 from .host import Device, ask_nvml, visible
 
 HEADER = Part(Loss("--cudagraph-gpus", "the GPUs said in the header"))
 WORKERS = Part(Loss("--cudagraph-gpus", "xdist workers given their GPUs"))
+UNCOUNTED = (
+    "cudagraph_guard {origin}: the host's GPUs could not be counted (NVML failed or did not "
+    "answer): no process is given its GPUs and no gpus=K test is skipped; each sees the "
+    "devices it inherits"
+)
 
 
 def start_devices(config: pytest.Config) -> None:
@@ -60,12 +65,20 @@ class DevicesPlugin:
         self.choice = options.gpus
         self.origin = options.origin_of("gpus")
         self._devices: list[Device] | None = None  # None: not counted yet
+        self.uncounted = False  # NVML did not answer: nothing placed, no test skipped
         self.own: list[Device] = []  # this process's share, where it has one
         self._slots: list[object] = []  # the worker specs met, for a spec xdist does not list
 
     @property
     def controller(self) -> bool:
-        return self.worker_input is None and getattr(self.config.option, "dist", "no") != "no"
+        """Whether this is xdist's controller: a ``--dist`` without workers (``-n``, ``--tx``)
+        runs its tests in this process, as xdist itself decides."""
+        option = self.config.option
+        return (
+            self.worker_input is None
+            and getattr(option, "dist", "no") != "no"
+            and bool(getattr(option, "tx", None))
+        )
 
     @property
     def worker_input(self) -> dict[str, Any] | None:
@@ -80,14 +93,20 @@ class DevicesPlugin:
                 self.devices()  # the count's usage errors before any worker starts
         elif not isinstance(self.choice, str):  # a count or indices: this session uses them
             self.own = self.devices()
-            os.environ.update(assign.environment(self.own))
+            if not self.uncounted:
+                os.environ.update(assign.environment(self.own))
 
     def devices(self) -> list[Device]:
         """The devices of the session, as the option chose them from those visible."""
         if self._devices is None:
             host = ask_nvml()
-            found = visible(host, os.environ.get(VISIBLE_VARIABLE))
-            self._devices = assign.chosen(found, self.choice, self.origin)
+            if host is None:
+                self.uncounted = True
+                self._devices = []
+                notice_once(f"uncounted:{self.origin}", UNCOUNTED.format(origin=self.origin))
+            else:
+                found = visible(host, os.environ.get(VISIBLE_VARIABLE))
+                self._devices = assign.chosen(found, self.choice, self.origin)
         return self._devices
 
     def _take_worker_share(self, given: dict[str, Any] | None) -> None:
@@ -105,9 +124,11 @@ class DevicesPlugin:
         """On xdist's controller, for each worker it starts: its share of the devices, in its
         ``workerinput``. A worker that replaces one that died runs on xdist's spec of the one
         it replaces (under a new id, ``gwN``): it gets the same share."""
-        if self.choice == GPUS_OFF:
-            return
+        if self.choice == GPUS_OFF or not on_this_host(node.gateway.spec):
+            return  # a worker on another host counts its own, where a gpus=K test needs them
         devices = self.devices()
+        if self.uncounted:
+            return  # the worker counts again where a gpus=K test needs it
         specs = list(getattr(node.nodemanager, "specs", []))
         slot = self._slot(node.gateway.spec, specs)
         own = assign.worker_share(slot, max(len(specs), 1), devices)
@@ -136,8 +157,8 @@ class DevicesPlugin:
         devices = ", ".join(f"{d.index} ({d.name})" for d in self._devices)
         if not self.controller:
             return [f"cudagraph gpus: tests on {devices}"]
-        workers = getattr(config.option, "numprocesses", None)
-        if not isinstance(workers, int) or workers < 1:
+        workers = _workers(getattr(config.option, "tx", None) or [])
+        if workers < 1:
             return [f"cudagraph gpus: {devices}, spread over xdist's workers"]
         shares = [
             f"gw{slot} on {','.join(str(d.index) for d in share)}"
@@ -150,9 +171,27 @@ class DevicesPlugin:
         """The devices of a test process that needs ``wanted`` of them (counted here the first
         time a session without its devices needs them)."""
         devices = self.devices()
+        if self.uncounted:
+            return TestDevices({})
         skip = assign.skip_reason(wanted, devices)
         if skip is not None:
             return TestDevices({}, skip)
         if not assign.places(self.choice, devices):
             return TestDevices({})
         return TestDevices(assign.environment(assign.reservation(self.own, devices, wanted)))
+
+
+def on_this_host(spec: object) -> bool:
+    """Whether xdist starts the worker of ``spec`` on this host (``popen``, not ``via`` a
+    gateway): only there are the controller's devices the worker's."""
+    return bool(getattr(spec, "popen", False)) and not getattr(spec, "via", None)
+
+
+def _workers(tx: list[str]) -> int:
+    """How many workers xdist starts for its ``--tx`` specs (``-n N`` is N ``popen``;
+    ``--maxprocesses`` caps that list; ``2*popen`` is two)."""
+    count = 0
+    for spec in tx:
+        times, star, _ = spec.partition("*")
+        count += int(times) if star and times.isascii() and times.isdigit() else 1
+    return count

@@ -20,9 +20,10 @@ from typing import Any, Final, NamedTuple
 import pytest
 
 from .._torch.torch_env import user_torch_env
+from ..core.devices import VISIBLE_VARIABLE
 from ..core.entries import SettingEntry
 from ..core.markers import SubprocessOptions, plugin_marks
-from ..core.records import devices_in
+from ..core.records import DEVICES_VARIABLE, devices_in
 from ..core.session import PluginSession
 from ..core.settings import switched
 from ..core.warnings import CudagraphGuardWarning, notify
@@ -169,8 +170,9 @@ class TestRunner:
         if pytest_timeout is not None:
             timeout = min(timeout, pytest_timeout.seconds + PYTEST_TIMEOUT_MARGIN_S)
         return {
-            "env": process_environment(
-                (*devices_env.items(), *self.options.process_env, *marker.env)
+            "env": _with_devices_said(
+                process_environment((*devices_env.items(), *self.options.process_env, *marker.env)),
+                (*self.options.process_env, *marker.env),
             ),
             "sys_path": list(sys.path),
             "nodearg": _node_argument(item),
@@ -229,6 +231,15 @@ def process_environment(env: tuple[tuple[str, str], ...]) -> dict[str, str]:
     set (ini ``cudagraph_process_env``'s variables, then the marker's)."""
     inherited = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
     return {**inherited, **dict(env)}
+
+
+def _with_devices_said(env: dict[str, str], users: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """``env`` less the plugin's record of the process's devices where the user's variables
+    (``users``: the ini's, the marker's) set ``CUDA_VISIBLE_DEVICES`` themselves: the process
+    runs on theirs, which the record does not know."""
+    if any(name == VISIBLE_VARIABLE for name, _ in users):
+        env.pop(DEVICES_VARIABLE, None)
+    return env
 
 
 def _coverage_args(config: pytest.Config) -> list[str]:

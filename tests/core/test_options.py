@@ -143,6 +143,14 @@ def test_each_ini_key_and_the_command_line_wins(pytester: pytest.Pytester) -> No
         ("cudagraph_gpus = 1.5", "cudagraph_gpus: expected auto, off, a positive number of GPUs"),
         ("cudagraph_gpus = 0,x", "cudagraph_gpus: expected auto, off, a positive number of GPUs"),
         ("cudagraph_gpus = 1,1", "cudagraph_gpus: device index given twice in '1,1'"),
+        (
+            "cudagraph_gpus = \u00b2",
+            "cudagraph_gpus: expected auto, off, a positive number of GPUs",
+        ),
+        (
+            "cudagraph_gpus = 1,\u00b2",
+            "cudagraph_gpus: expected auto, off, a positive number of GPUs",
+        ),
     ],
 )
 def test_a_bad_ini_value_is_one_usage_error_naming_the_key(

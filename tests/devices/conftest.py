@@ -20,9 +20,15 @@ import os
 _NAMES = [name for name in os.environ["FAKE_GPUS"].split(",") if name]
 
 
+class NVMLError(Exception):
+    pass
+
+
 def nvmlInit():
     with open(os.environ["NVML_ASKED"], "a") as log:
         log.write(f"{os.getpid()}\\n")
+    if os.environ.get("FAKE_NVML_FAILS"):  # a driver whose NVML fails: it cannot count
+        raise NVMLError("Unknown Error")
 
 
 def nvmlShutdown():

@@ -76,3 +76,14 @@ def test_a_process_is_given_its_devices_and_their_record() -> None:
         "CUDA_VISIBLE_DEVICES": "2,GPU-3",
         "PYTEST_CUDAGRAPH_GUARD_DEVICES": '[[2, "GPU 2"], [3, "GPU 3"]]',
     }
+
+
+def test_only_workers_on_this_host_are_given_its_devices() -> None:
+    from execnet import XSpec
+
+    from pytest_cudagraph_guard.devices.plugin import on_this_host
+
+    assert on_this_host(XSpec("popen"))
+    assert not on_this_host(XSpec("ssh=gpu-box//python=python3"))
+    assert not on_this_host(XSpec("socket=192.168.1.4:8888"))
+    assert not on_this_host(XSpec("popen//via=gw0"))

@@ -259,3 +259,60 @@ def test_devices_the_host_lacks_are_a_usage_error(
     result = tester.runpytest("-p", "no:cacheprovider", *xdist, given)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*ERROR: {message}"])
+
+
+def test_a_dist_mode_without_workers_is_a_session_of_its_own(fake_gpus: FakeGpus) -> None:
+    """``--dist`` without ``-n`` (an ini's ``addopts``, say): xdist runs the tests in the
+    session's own process, and so does the plugin: explicit devices are that process's, and
+    ``auto`` asks nothing."""
+    tester = fake_gpus(H100, H100)
+    tester.makepyfile(IN_WORKERS)
+    result = tester.runpytest("-p", "no:cacheprovider", "--dist=loadscope", "--cudagraph-gpus=1,")
+    result.assert_outcomes(passed=8)
+    assert {devices for _, _, devices in _ran(tester)} == {"1"}
+    (tester.path / "nvml.log").write_text("")
+    result = tester.runpytest("-p", "no:cacheprovider", "--dist=loadscope")
+    result.assert_outcomes(passed=8)
+    assert nvml_asked(tester) == 0
+
+
+def test_the_header_shares_the_devices_among_the_workers_xdist_starts(fake_gpus: FakeGpus) -> None:
+    tester = fake_gpus(*[H100] * 4)
+    tester.makepyfile(IN_WORKERS)
+    result = tester.runpytest("-p", "no:cacheprovider", "-n", "4", "--maxprocesses=2")
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["cudagraph gpus: *; gw0 on 0,1, gw1 on 2,3"])
+    ran = _ran(tester)
+    assert all(devices == {"gw0": "0,1", "gw1": "2,3"}[worker] for _, worker, devices in ran)
+
+
+def test_a_markers_own_cuda_visible_devices_is_not_recorded_as_ours(fake_gpus: FakeGpus) -> None:
+    tester = fake_gpus(H100, H100)
+    tester.makepyfile(
+        NOTE
+        + """
+@pytest.mark.cudagraph_subprocess(gpus=1, env={"CUDA_VISIBLE_DEVICES": "1"})
+def test_its_own():
+    note("test_its_own")
+"""
+    )
+    result = tester.runpytest("-p", "no:cacheprovider", REPORT)
+    result.assert_outcomes(passed=1)
+    assert [devices for _, _, devices in _ran(tester)] == ["1"]
+    assert records_by_name(tester.path / "r.json")["test_its_own"]["devices"] == []
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["session", "xdist"])
+def test_gpus_that_cannot_be_counted_change_nothing_and_say_so(
+    fake_gpus: FakeGpus, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+) -> None:
+    """NVML there but failing: no process is given devices, no ``gpus=K`` test is skipped (the
+    test meets the devices it inherits), and a warning says why."""
+    tester = fake_gpus(H100, H100)
+    monkeypatch.setenv("FAKE_NVML_FAILS", "1")
+    tester.makepyfile(GPUS_MARKED)
+    result = tester.runpytest("-p", "no:cacheprovider", *xdist)
+    result.assert_outcomes(passed=3)
+    assert {devices for _, _, devices in _ran(tester)} == {"None"}
+    if not xdist:  # a worker's warnings reach the controller's summary only with its report
+        result.stdout.fnmatch_lines(["*the host's GPUs could not be counted*"])
