@@ -191,7 +191,7 @@ def _either(choices: tuple[str, ...]) -> str:
     return f"{', '.join(choices[:-1])} or {choices[-1]}"
 
 
-def _ascii_digits(text: str) -> bool:
+def ascii_digits(text: str) -> bool:
     """Whether ``int`` reads ``text`` as the digits it shows (``"²".isdigit()`` is true)."""
     return text.isascii() and text.isdigit()
 
@@ -206,7 +206,7 @@ def _boolean(value: object, origin: str) -> bool:
 
 
 def _whole_number(value: object, origin: str) -> int:
-    if not _text(value).isdigit():
+    if not ascii_digits(_text(value)):
         raise _error(origin, "a whole number of threads (0: off)", value)
     return int(_text(value))
 
@@ -214,7 +214,7 @@ def _whole_number(value: object, origin: str) -> int:
 def _spares(value: object, origin: str) -> int | None:
     if _text(value) == "auto":
         return None
-    if not _text(value).isdigit():
+    if not ascii_digits(_text(value)):
         raise _error(origin, "auto or a whole number of processes (0: none)", value)
     return int(_text(value))
 
@@ -242,12 +242,12 @@ def _gpus(value: object, origin: str) -> GpuChoice:
     if text in (GPUS_AUTO, GPUS_OFF):
         return text
     if "," not in text:
-        if not (_ascii_digits(text) and int(text) > 0):
+        if not (ascii_digits(text) and int(text) > 0):
             raise _error(origin, GPUS_EXPECTED, value)
         return int(text)
     parts = [part.strip() for part in text.split(",")]
     indices = parts[:-1] if not parts[-1] else parts  # "3,": the one index 3
-    if not indices or not all(_ascii_digits(part) for part in indices):
+    if not indices or not all(ascii_digits(part) for part in indices):
         raise _error(origin, GPUS_EXPECTED, value)
     found = tuple(int(part) for part in indices)
     if len(set(found)) != len(found):

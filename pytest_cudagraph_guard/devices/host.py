@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from ..core.options import ascii_digits
+
 _ASKING_S: Final = 30.0
 # Run by ``python -c``: prints [[index, uuid, name], ...] as JSON; [] where there is no driver
 # (no NVML library, or NVML says none is loaded), null where NVML is there but fails.
@@ -143,7 +145,7 @@ def visible(host: Sequence[HostDevice], variable: str | None) -> list[Device]:
 
 
 def _named(host: Sequence[HostDevice], entry: str) -> HostDevice | None:
-    if entry.isascii() and entry.isdigit():
+    if ascii_digits(entry):
         return next((d for d in host if d.index == int(entry)), None)
     if entry.startswith("GPU-"):
         matching = [d for d in host if d.uuid.startswith(entry)]

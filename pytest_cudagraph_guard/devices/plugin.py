@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ..core.devices import VISIBLE_VARIABLE, WORKER_DEVICES
-from ..core.options import GPUS_OFF, PluginOptions, plugin_options
+from ..core.options import GPUS_OFF, PluginOptions, ascii_digits, plugin_options
 from ..core.session import PluginNames
 from ..core.stash import TestDevices, test_devices_key, test_process_key
 from ..fault_guard import Loss, Part, guards, notice_once
@@ -193,5 +193,5 @@ def _workers(tx: list[str]) -> int:
     count = 0
     for spec in tx:
         times, star, _ = spec.partition("*")
-        count += int(times) if star and times.isascii() and times.isdigit() else 1
+        count += int(times) if star and ascii_digits(times) else 1
     return count

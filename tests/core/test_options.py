@@ -127,10 +127,12 @@ def test_each_ini_key_and_the_command_line_wins(pytester: pytest.Pytester) -> No
             "cudagraph_guard: expected restore, warn, fail or off, got 'loud'",
         ),
         ("cudagraph_threads = two", "cudagraph_threads: expected a whole number of threads"),
+        ("cudagraph_threads = \u00b2", "cudagraph_threads: expected a whole number of threads"),
         ("cudagraph_tls = lazy", "cudagraph_tls: expected native or init, got 'lazy'"),
         ("cudagraph_timeout = -1", "cudagraph_timeout: expected a positive number of seconds"),
         ("cudagraph_fail_on = nope", "cudagraph_fail_on: unknown kind(s) 'nope'; known kinds"),
         ("cudagraph_spares = many", "cudagraph_spares: expected auto or a whole number"),
+        ("cudagraph_spares = \u00b2", "cudagraph_spares: expected auto or a whole number"),
         ("cudagraph_report = yaml", "cudagraph_report: unknown report format 'yaml'"),
         (
             "cudagraph_process_env = JUST_A_NAME",
