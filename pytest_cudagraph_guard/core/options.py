@@ -7,23 +7,22 @@ names that origin and the value.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, Literal, NamedTuple
 
 import pytest
 
+from . import option_readers as read
 from .kinds import ALL_KINDS
 from .markers import (
-    ENV_NAME_RULE,
     SUBPROCESS_MARKER,
     THREAD_MARKER,
     TLS_MODES,
     SubprocessOptions,
     ThreadOptions,
-    is_env_name,
 )
+from .option_readers import GPUS_AUTO, GpuChoice
 from .report_formats import FORMAT_HELP, ReportFormat, report_formats
 
 DEFAULT_ORIGIN: Final = "default"
@@ -34,13 +33,6 @@ DEFAULT_GUARD_MODE: Final = "warn"
 LEAK: Final = "leak"
 CUDAGRAPH_SKIP: Final = "cudagraph-skip"
 FAIL_ON_KINDS: Final = (*ALL_KINDS, LEAK, CUDAGRAPH_SKIP)
-# --cudagraph-gpus: where the devices go. A count of GPUs, or the tuple of their indices.
-GPUS_AUTO: Final = "auto"
-GPUS_OFF: Final = "off"
-GpuChoice = str | int | tuple[int, ...]
-# The words pytest's own bool ini keys accept.
-TRUE_WORDS: Final = ("1", "true", "t", "yes", "y", "on")
-FALSE_WORDS: Final = ("0", "false", "f", "no", "n", "off")
 
 
 def ini_key(name: str) -> str:
@@ -167,123 +159,6 @@ def _blank(value: object) -> bool:
     return value is None or value == []
 
 
-# --- one reader per option: (raw value, origin) -> value, or a usage error naming the origin --
-
-
-def _error(origin: str, expected: str, value: object) -> pytest.UsageError:
-    return pytest.UsageError(f"{origin}: expected {expected}, got {value!r}")
-
-
-def _text(value: object) -> str:
-    return str(value).strip()
-
-
-def _one_of(choices: tuple[str, ...]) -> Callable[[object, str], str]:
-    def read(value: object, origin: str) -> str:
-        if _text(value) not in choices:
-            raise _error(origin, _either(choices), value)
-        return _text(value)
-
-    return read
-
-
-def _either(choices: tuple[str, ...]) -> str:
-    return f"{', '.join(choices[:-1])} or {choices[-1]}"
-
-
-def ascii_digits(text: str) -> bool:
-    """Whether ``int`` reads ``text`` as the digits it shows (``"²".isdigit()`` is true)."""
-    return text.isascii() and text.isdigit()
-
-
-def _boolean(value: object, origin: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    word = _text(value).lower()
-    if word not in TRUE_WORDS + FALSE_WORDS:
-        raise _error(origin, "true or false", value)
-    return word in TRUE_WORDS
-
-
-def _whole_number(value: object, origin: str) -> int:
-    if not ascii_digits(_text(value)):
-        raise _error(origin, "a whole number of threads (0: off)", value)
-    return int(_text(value))
-
-
-def _spares(value: object, origin: str) -> int | None:
-    if _text(value) == "auto":
-        return None
-    if not ascii_digits(_text(value)):
-        raise _error(origin, "auto or a whole number of processes (0: none)", value)
-    return int(_text(value))
-
-
-def _seconds(value: object, origin: str) -> float:
-    try:
-        seconds = float(_text(value))
-    except ValueError:
-        raise _error(origin, "a positive number of seconds", value) from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise _error(origin, "a positive number of seconds", value)
-    return seconds
-
-
-GPUS_EXPECTED: Final = (
-    "auto, off, a positive number of GPUs or device indices I,I,... (one index: I,)"
-)
-
-
-def _gpus(value: object, origin: str) -> GpuChoice:
-    """``auto``, ``off``, a count (``2``) or device indices (``0,2``; one index: ``3,``, told
-    from a count by its comma). Whether the indices are the host's is known only once the
-    devices are counted (``devices``), which says so as a usage error naming ``origin``."""
-    text = _text(value)
-    if text in (GPUS_AUTO, GPUS_OFF):
-        return text
-    if "," not in text:
-        if not (ascii_digits(text) and int(text) > 0):
-            raise _error(origin, GPUS_EXPECTED, value)
-        return int(text)
-    parts = [part.strip() for part in text.split(",")]
-    indices = parts[:-1] if not parts[-1] else parts  # "3,": the one index 3
-    if not indices or not all(ascii_digits(part) for part in indices):
-        raise _error(origin, GPUS_EXPECTED, value)
-    found = tuple(int(part) for part in indices)
-    if len(set(found)) != len(found):
-        raise pytest.UsageError(f"{origin}: device index given twice in {text!r}")
-    return found
-
-
-def _words(value: object) -> list[str]:
-    items = value if isinstance(value, list) else [value]
-    return [word for item in items for word in str(item).replace(",", " ").split()]
-
-
-def _kinds(value: object, origin: str) -> frozenset[str]:
-    kinds = _words(value)
-    unknown = [kind for kind in kinds if kind not in FAIL_ON_KINDS]
-    if unknown:
-        raise pytest.UsageError(
-            f"{origin}: unknown kind(s) {', '.join(map(repr, unknown))}; "
-            f"known kinds: {', '.join(FAIL_ON_KINDS)}"
-        )
-    return frozenset(kinds)
-
-
-def _environment(value: object, origin: str) -> tuple[tuple[str, str], ...]:
-    lines = value if isinstance(value, list) else str(value).splitlines()
-    found: dict[str, str] = {}
-    for line in (str(line).strip() for line in lines):
-        name, equals, text = line.partition("=")
-        if not line:
-            continue
-        if not (equals and is_env_name(name.strip()) and "\0" not in text):
-            raise _error(origin, f"lines of NAME=VALUE (NAME: {ENV_NAME_RULE})", line)
-        found[name.strip()] = text.strip()
-    return tuple(found.items())
-
-
 # --- the declarations, in the order ``pytest --help`` shows them ------------------------------
 
 
@@ -302,7 +177,7 @@ class Declared(NamedTuple):
 
 DECLARED: Final = {
     "guard": Declared(
-        _one_of(GUARD_MODES),
+        read.one_of(GUARD_MODES),
         "what to do when a test leaves torch._inductor/_dynamo config or TORCHINDUCTOR_*, "
         "TORCHDYNAMO_*, TORCH_COMPILE* variables changed: restore them silently, warn "
         "(restore and warn), fail (restore and error the test), or off. "
@@ -320,7 +195,7 @@ DECLARED: Final = {
         {"action": "append", "nargs": "?", "const": "term", "metavar": "FORMAT"},
     ),
     "threads": Declared(
-        _whole_number,
+        read.whole_number,
         "run every test that has none of the plugin's markers as if marked "
         "cudagraph_thread(threads=N, tls=--cudagraph-tls), its settings as in the main thread; "
         "0 (the default): off",
@@ -328,13 +203,13 @@ DECLARED: Final = {
         argparse={"metavar": "N"},
     ),
     "tls": Declared(
-        _one_of(TLS_MODES),
+        read.one_of(TLS_MODES),
         "the tls= of the threads that --cudagraph-threads applies (default native)",
         "default for --cudagraph-tls",
         argparse={"metavar": "{native,init}"},
     ),
     "subprocess": Declared(
-        _boolean,
+        read.boolean,
         "run every test that has none of the plugin's markers as if marked "
         "cudagraph_subprocess(), its settings as in the main process: a test that crashes the "
         "interpreter fails alone",
@@ -342,14 +217,14 @@ DECLARED: Final = {
         argparse={"action": "store_true"},
     ),
     "on": Declared(
-        _boolean,
+        read.boolean,
         "run every test with triton.cudagraphs and triton.cudagraph_trees on (an audit of a "
         "suite under CUDA graphs), in its threads or process too",
         "default for --cudagraph-on (true or false)",
         argparse={"action": "store_true"},
     ),
     "timeout": Declared(
-        _seconds,
+        read.seconds,
         "the default timeout of both markers and of the options that apply them. Default: ini "
         f"cudagraph_timeout, else {ThreadOptions().timeout:g} s for {THREAD_MARKER} and "
         f"{SubprocessOptions().timeout:g} s for {SUBPROCESS_MARKER}",
@@ -357,7 +232,7 @@ DECLARED: Final = {
         argparse={"metavar": "SECONDS"},
     ),
     "fail_on": Declared(
-        _kinds,
+        read.known_words(FAIL_ON_KINDS),
         "fail a test, at teardown, whose record holds one of these kinds: "
         + ", ".join(FAIL_ON_KINDS)
         + ". Default: ini cudagraph_fail_on, else none",
@@ -365,20 +240,20 @@ DECLARED: Final = {
         argparse={"metavar": "KIND[,KIND...]"},
     ),
     "cuda_ahead": Declared(
-        _boolean,
+        read.boolean,
         None,
         "test processes that cudagraph_subprocess sets up ahead initialise CUDA before their "
         "test, once the session's tests have shown they use it (true or false; default true)",
     ),
     "spares": Declared(
-        _spares,
+        read.spares,
         None,
         "how many test processes cudagraph_subprocess sets up ahead: a whole number, or auto "
         "(the default: one, and once the session's tests use CUDA as many as the cores and "
         "the GPU's free memory allow, at most 8)",
     ),
     "process_env": Declared(
-        _environment,
+        read.environment,
         None,
         "lines of NAME=VALUE set in every test process of cudagraph_subprocess and "
         "--cudagraph-subprocess before it initialises CUDA (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1); "
@@ -386,7 +261,7 @@ DECLARED: Final = {
         "linelist",
     ),
     "gpus": Declared(
-        _gpus,
+        read.gpus,
         "the GPUs of the host that xdist workers and the plugin's test processes get, through "
         "CUDA_VISIBLE_DEVICES: auto (every GPU where there are several; one GPU: nothing "
         "changes), a number of GPUs, device indices I,I,... or off. Default: ini "
@@ -395,7 +270,7 @@ DECLARED: Final = {
         argparse={"metavar": "{auto,N,I[,I...],off}"},
     ),
     "settings": Declared(
-        _boolean,
+        read.boolean,
         "print the effective cudagraph settings with their sources, the relevant "
         "environment variables, versions and GPUs, then exit without running tests",
         argparse={"action": "store_true"},

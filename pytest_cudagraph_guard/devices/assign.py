@@ -10,7 +10,7 @@ from typing import Final
 import pytest
 
 from ..core.devices import VISIBLE_VARIABLE
-from ..core.options import GPUS_AUTO, GPUS_OFF, GpuChoice
+from ..core.option_readers import GPUS_AUTO, GPUS_OFF, GpuChoice
 from ..core.records import DEVICES_VARIABLE, DeviceEntry, devices_text
 from .host import Device
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..core.options import ascii_digits
+from ..core.option_readers import ascii_digits
 
 _ASKING_S: Final = 30.0
 # Run by ``python -c``: prints [[index, uuid, name], ...] as JSON; [] where there is no driver

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from ..core.devices import VISIBLE_VARIABLE, WORKER_DEVICES
-from ..core.options import GPUS_OFF, PluginOptions, ascii_digits, plugin_options
+from ..core.option_readers import GPUS_OFF, ascii_digits
+from ..core.options import PluginOptions, plugin_options
 from ..core.session import PluginNames
 from ..core.stash import TestDevices, test_devices_key, test_process_key
 from ..fault_guard import Loss, Part, guards, notice_once
