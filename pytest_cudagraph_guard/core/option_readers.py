@@ -73,12 +73,12 @@ def spares(value: object, origin: str) -> int | None:
 
 def seconds(value: object, origin: str) -> float:
     try:
-        seconds = float(text_of(value))
+        found = float(text_of(value))
     except ValueError:
         raise usage_error(origin, "a positive number of seconds", value) from None
-    if not math.isfinite(seconds) or seconds <= 0:
+    if not math.isfinite(found) or found <= 0:
         raise usage_error(origin, "a positive number of seconds", value)
-    return seconds
+    return found
 
 
 GPUS_EXPECTED: Final = (
@@ -112,8 +112,8 @@ def words(value: object) -> list[str]:
     return [word for item in items for word in str(item).replace(",", " ").split()]
 
 
-def known_words(known: tuple[str, ...]) -> Callable[[object, str], frozenset[str]]:
-    """A reader of words (spaces or commas between them) each of ``known``."""
+def kinds_of(known: tuple[str, ...]) -> Callable[[object, str], frozenset[str]]:
+    """A reader of kinds (words, spaces or commas between them), each one of ``known``."""
 
     def read(value: object, origin: str) -> frozenset[str]:
         found = words(value)

@@ -232,7 +232,7 @@ DECLARED: Final = {
         argparse={"metavar": "SECONDS"},
     ),
     "fail_on": Declared(
-        read.known_words(FAIL_ON_KINDS),
+        read.kinds_of(FAIL_ON_KINDS),
         "fail a test, at teardown, whose record holds one of these kinds: "
         + ", ".join(FAIL_ON_KINDS)
         + ". Default: ini cudagraph_fail_on, else none",
