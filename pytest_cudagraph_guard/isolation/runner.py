@@ -170,10 +170,7 @@ class TestRunner:
         if pytest_timeout is not None:
             timeout = min(timeout, pytest_timeout.seconds + PYTEST_TIMEOUT_MARGIN_S)
         return {
-            "env": _with_devices_said(
-                process_environment((*devices_env.items(), *self.options.process_env, *marker.env)),
-                (*self.options.process_env, *marker.env),
-            ),
+            "env": _test_process_env(devices_env, (*self.options.process_env, *marker.env)),
             "sys_path": list(sys.path),
             "nodearg": _node_argument(item),
             "trees": marker.trees,
@@ -233,10 +230,14 @@ def process_environment(env: tuple[tuple[str, str], ...]) -> dict[str, str]:
     return {**inherited, **dict(env)}
 
 
-def _with_devices_said(env: dict[str, str], users: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """``env`` less the plugin's record of the process's devices where the user's variables
-    (``users``: the ini's, the marker's) set ``CUDA_VISIBLE_DEVICES`` themselves: the process
-    runs on theirs, which the record does not know."""
+def _test_process_env(
+    devices: dict[str, str], users: tuple[tuple[str, str], ...]
+) -> dict[str, str]:
+    """A test process's variables: the inherited ones, its devices' (``devices``), then the
+    user's (``users``: the ini's, the marker's) over them. Where the user's set
+    ``CUDA_VISIBLE_DEVICES`` the process runs on theirs, and the plugin's record of its devices
+    (given here or inherited from an xdist worker) goes."""
+    env = process_environment((*devices.items(), *users))
     if any(name == VISIBLE_VARIABLE for name, _ in users):
         env.pop(DEVICES_VARIABLE, None)
     return env
