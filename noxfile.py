@@ -5,6 +5,8 @@
     nox -s "tests(torch='2.14.1')"     # a CUDA build, about 5.5 GB (this machine has it on disk)
     nox -s "tests(torch='2.15.0', pytest='oldest')"  # the newest release, a CUDA build, about
                                        # 3 GB of downloads, beside the oldest pytest allowed
+    nox -s boundaries                  # CI's: the tests at torch's and pytest's boundaries
+                                       # (BOUNDARY_TESTS) on torch 2.15.0 beside the oldest pytest
     nox -s notorch                     # Python 3.10, 3.12 and 3.13, torch not installed
     nox -s notorch-3.12
     nox -s releases                    # the oldest torch claimed and each patch table boundary;
@@ -30,16 +32,45 @@ import tomllib
 
 TESTS_PYTHON = "3.11"
 NOTORCH_PYTHONS = ["3.10", "3.12", "3.13"]
-# Each torch release CI supports once; the oldest pytest allowed beside one of them.
+NEWEST_TORCH = "2.15.0"  # the newest release CI supports
+# Each torch release CI supports once; the oldest pytest allowed beside the newest.
 TESTS_MATRIX = [
     nox.param("2.13.0", False, id="torch='2.13.0'"),
     nox.param("2.14.1", False, id="torch='2.14.1'"),
-    nox.param("2.15.0", True, id="torch='2.15.0', pytest='oldest'"),
+    nox.param(NEWEST_TORCH, True, id=f"torch='{NEWEST_TORCH}', pytest='oldest'"),
 ]
 # The oldest release pyproject claims (2.9, where the patch table's 2.9+ rows start), and the
 # last before per-thread CUDAGraph Trees state (the table's rows up to 2.12).
 CLAIMED_RELEASES = ["2.9.1", "2.12.1"]
 NOTORCH_TESTS = "tests/notorch"
+# What changes with torch's and pytest's releases: torch's internals that the plugin patches and
+# reads (the patch table, the threads' per-thread state, the config guard, the report's
+# findings and settings), its hooks in pytest's (each failing in turn, the options) and the test
+# process's own pytest session. CI runs these on the newest torch beside the oldest pytest, and
+# the whole suite on the README's torch and pytest: the rest (the zygote and its spares, the
+# devices, a crash's journal, the report's files and formats) does not read either's internals.
+BOUNDARY_TESTS = [
+    "tests/_torch",
+    "tests/threads",
+    "tests/guard",
+    "tests/fault_guard",
+    "tests/core/test_options.py",
+    "tests/isolation/test_subprocess_marker.py",
+    *(
+        f"tests/report/test_{name}.py"
+        for name in (
+            "order_independence",
+            "settings_store",
+            "settings_as_acted",
+            "records",
+            "kinds",
+            "terminal",
+            "wire",
+            "json_boundary",
+            "uses_plugin",
+        )
+    ),
+]
 # This machine's pip configuration caps torch through a constraints file; an empty one lifts it.
 NO_CONSTRAINTS = {"PIP_CONSTRAINT": os.devnull}
 
@@ -107,9 +138,23 @@ def _run_suite(session: nox.Session) -> None:
 @nox.parametrize(("torch", "oldest_pytest"), TESTS_MATRIX)
 def tests(session: nox.Session, torch: str, oldest_pytest: bool) -> None:
     """The suite on one torch release (and, beside one of them, the oldest pytest allowed)."""
+    _install(session, torch, oldest_pytest)
+    _run_suite(session)
+
+
+def _install(session: nox.Session, torch: str, oldest_pytest: bool) -> None:
+    """The package and its test runner beside ``torch``, and the oldest pytest allowed where
+    asked for."""
     pytest = [f"pytest=={_oldest_pytest()}"] if oldest_pytest else []
     session.install(f"torch=={torch}", *pytest, "-e", ".", *_test_runner(), env=NO_CONSTRAINTS)
-    _run_suite(session)
+
+
+@nox.session(python=TESTS_PYTHON)
+def boundaries(session: nox.Session) -> None:
+    """CI's release session: :data:`BOUNDARY_TESTS` on the newest torch CI supports beside the
+    oldest pytest allowed."""
+    _install(session, NEWEST_TORCH, oldest_pytest=True)
+    session.run("python", "-m", "pytest", "-n", "auto", *BOUNDARY_TESTS, *session.posargs)
 
 
 @nox.session(python=TESTS_PYTHON)

@@ -11,15 +11,20 @@ itself; no NVML (no driver): no GPU. NVML numbers the devices as ``nvidia-smi`` 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from ..core.option_readers import ascii_digits
 
 _ASKING_S: Final = 30.0
+# Where the NVIDIA driver lists its GPUs, a folder each (named by PCI address); in a container,
+# the NVIDIA container toolkit shows there only the container's own.
+DRIVER_GPUS: Final = Path("/proc/driver/nvidia/gpus")
 # Run by ``python -c``: prints [[index, uuid, name], ...] as JSON; [] where there is no driver
 # (no NVML library, or NVML says none is loaded), null where NVML is there but fails.
 _ASK: Final = r"""
@@ -88,6 +93,17 @@ except Exception:
     found = None
 print(json.dumps(found))
 """
+
+
+def listed_by_the_driver() -> int | None:
+    """How many GPUs the driver lists (:data:`DRIVER_GPUS`), read at once, with no process
+    started; None where it lists none: no driver there, or one that only NVML can count (a
+    container that hides the folder, WSL)."""
+    try:
+        listed = len(os.listdir(DRIVER_GPUS))
+    except OSError:
+        return None
+    return listed or None
 
 
 @dataclass(frozen=True)

@@ -3,26 +3,30 @@ configures (:func:`start_devices`), before the other plugins' ``pytest_configure
 xdist worker has its ``CUDA_VISIBLE_DEVICES`` before anything of the session may initialise
 CUDA (a conftest that initialises CUDA as it is imported is earlier still: it sees every GPU).
 
-Where it counts the devices: xdist's controller (to spread its workers), a session given an
-explicit ``--cudagraph-gpus`` (to check it), and, on demand, a session that meets a test marked
+Where it counts the devices: xdist's controller (to spread its workers; under ``auto``, not
+where the driver lists a single GPU: there is nothing to spread), a session given an explicit
+``--cudagraph-gpus`` (to check it), and, on demand, a session that meets a test marked
 ``gpus=K``. Nowhere else: a session of ``auto`` on one GPU or none asks nothing and changes
-nothing. A worker gets its devices, and the session's, from the controller (``workerinput``)."""
+nothing. A worker gets its devices, and the session's, from the controller (``workerinput``),
+or counts them itself where a ``gpus=K`` test needs them and the controller did not."""
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from ..core.devices import VISIBLE_VARIABLE, WORKER_DEVICES
-from ..core.option_readers import GPUS_OFF, ascii_digits
+from ..core.devices import VISIBLE_VARIABLE, WORKER_DEVICES, WorkerShare, worker_share
+from ..core.option_readers import GPUS_AUTO, GPUS_OFF, ascii_digits
 from ..core.options import PluginOptions, plugin_options
 from ..core.session import PluginNames
 from ..core.stash import TestDevices, test_devices_key, test_process_key
 from ..fault_guard import Loss, Part, guards, notice_once
 from . import assign
-from .host import Device, ask_nvml, visible
+from .host import Device, ask_nvml, listed_by_the_driver, visible
 
 HEADER = Part(Loss("--cudagraph-gpus", "the GPUs said in the header"))
 WORKERS = Part(Loss("--cudagraph-gpus", "xdist workers given their GPUs"))
@@ -82,15 +86,15 @@ class DevicesPlugin:
         )
 
     @property
-    def worker_input(self) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = getattr(self.config, "workerinput", None)
+    def worker_input(self) -> Mapping[str, object] | None:
+        found: Mapping[str, object] | None = getattr(self.config, "workerinput", None)
         return found
 
     def configure(self) -> None:
         if self.worker_input is not None:
-            self._take_worker_share(self.worker_input.get(WORKER_DEVICES))
+            self._take_worker_share(worker_share(self.worker_input))
         elif self.controller:
-            if self.choice != GPUS_OFF:
+            if self._spreads():
                 self.devices()  # the count's usage errors before any worker starts
         elif not isinstance(self.choice, str):  # a count or indices: this session uses them
             self.own = self.devices()
@@ -110,10 +114,22 @@ class DevicesPlugin:
                 self._devices = assign.chosen(found, self.choice, self.origin)
         return self._devices
 
-    def _take_worker_share(self, given: dict[str, Any] | None) -> None:
+    def _spreads(self) -> bool:
+        """Whether xdist's controller gives its workers their devices: not ``off``, and under
+        ``auto`` not where the driver lists one GPU (NVML, asked in a fresh interpreter, would
+        hold up the workers' start for nothing)."""
+        if self.choice == GPUS_OFF:
+            return False
+        return self.choice != GPUS_AUTO or not self._one_gpu_listed
+
+    @functools.cached_property
+    def _one_gpu_listed(self) -> bool:
+        return listed_by_the_driver() == 1
+
+    def _take_worker_share(self, given: WorkerShare | None) -> None:
         """On a worker: the session's devices and this worker's, as the controller said, its
         variables set in this process (and so in its test processes and their spares)."""
-        if given is None:  # the controller counted none: ``off``
+        if given is None:  # the controller counted none: ``off``, or one GPU under ``auto``
             return
         self._devices = [Device(*device) for device in given["devices"]]
         self.own = [self._devices[position] for position in given["own"]]
@@ -125,7 +141,7 @@ class DevicesPlugin:
         """On xdist's controller, for each worker it starts: its share of the devices, in its
         ``workerinput``. A worker that replaces one that died runs on xdist's spec of the one
         it replaces (under a new id, ``gwN``): it gets the same share."""
-        if self.choice == GPUS_OFF or not on_this_host(node.gateway.spec):
+        if not self._spreads() or not on_this_host(node.gateway.spec):
             return  # a worker on another host counts its own, where a gpus=K test needs them
         devices = self.devices()
         if self.uncounted:
@@ -134,11 +150,11 @@ class DevicesPlugin:
         slot = self._slot(node.gateway.spec, specs)
         own = assign.worker_share(slot, max(len(specs), 1), devices)
         placed = assign.places(self.choice, devices)
-        node.workerinput[WORKER_DEVICES] = {
-            "devices": [[device.index, device.entry, device.name] for device in devices],
-            "own": [devices.index(device) for device in own] if placed else [],
-            "env": assign.environment(own) if placed else {},
-        }
+        node.workerinput[WORKER_DEVICES] = WorkerShare(
+            devices=[(device.index, device.entry, device.name) for device in devices],
+            own=[devices.index(device) for device in own] if placed else [],
+            env=assign.environment(own) if placed else {},
+        )
 
     def _slot(self, spec: object, specs: list[object]) -> int:
         """The worker's place among xdist's workers: that of its spec, which a replacement

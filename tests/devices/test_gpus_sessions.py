@@ -5,7 +5,11 @@ worker's, ``gpus=K`` reserved or skipped, and nothing changed on a host of one G
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from pytest_cudagraph_guard.devices import host
 
 from ..conftest import QUIET_INI
 from ..helpers import records_by_name
@@ -215,6 +219,24 @@ def test_in_process():
     result.stdout.no_fnmatch_line("*cudagraph gpus*")
     assert all(not r["devices"] for r in records_by_name(tester.path / "r.json").values())
     assert nvml_asked(tester) == (1 if xdist else 0)  # a session alone asks nothing
+
+
+@pytest.mark.parametrize("listed", [1, 2])
+def test_xdist_asks_nvml_nothing_where_the_driver_lists_one_gpu(
+    fake_gpus: FakeGpus, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, listed: int
+) -> None:
+    """The driver's folder decides: listing one GPU, the controller asks NVML nothing (whose
+    two stand-in GPUs then go unspread); listing two, it asks and spreads its workers."""
+    driver = tmp_path / "gpus"
+    for slot in range(listed):
+        (driver / f"0000:0{slot + 1}:00.0").mkdir(parents=True)
+    monkeypatch.setattr(host, "DRIVER_GPUS", driver)
+    tester = fake_gpus(H100, H100)
+    tester.makepyfile(IN_WORKERS)
+    result = tester.runpytest("-p", "no:cacheprovider", "-n", "2")
+    result.assert_outcomes(passed=8)
+    spread = {devices for _, _, devices in _ran(tester)}
+    assert (nvml_asked(tester), spread) == ((0, {"None"}) if listed == 1 else (1, {"0", "1"}))
 
 
 def test_explicit_devices_are_the_sessions_and_its_test_processes(fake_gpus: FakeGpus) -> None:
