@@ -43,19 +43,23 @@ TESTS_MATRIX = [
 # last before per-thread CUDAGraph Trees state (the table's rows up to 2.12).
 CLAIMED_RELEASES = ["2.9.1", "2.12.1"]
 NOTORCH_TESTS = "tests/notorch"
-# What changes with torch's and pytest's releases: torch's internals that the plugin patches and
-# reads (the patch table, the threads' per-thread state, the config guard, the report's
-# findings and settings), its hooks in pytest's (each failing in turn, the options) and the test
-# process's own pytest session. CI runs these on the newest torch beside the oldest pytest, and
-# the whole suite on the README's torch and pytest: the rest (the zygote and its spares, the
-# devices, a crash's journal, the report's files and formats) does not read either's internals.
+# What reads torch's and pytest's internals most: torch's that the plugin patches and reads
+# (the patch table, the threads' per-thread state, the config guard, the report's findings and
+# settings), its hooks in pytest's (each failing in turn, the options, JUnit's properties), a
+# test process's own pytest session and the wire that carries its reports back, and a crash's
+# record (pytest's xfail marks and fault handler). CI runs these on the newest torch beside the
+# oldest pytest, and the whole suite on the README's torch and pytest; left to the latter: the
+# zygote and its spares, the devices, the report's files and formats, the suite options.
 BOUNDARY_TESTS = [
     "tests/_torch",
     "tests/threads",
     "tests/guard",
     "tests/fault_guard",
     "tests/core/test_options.py",
+    "tests/crash",
     "tests/isolation/test_subprocess_marker.py",
+    "tests/isolation/test_failures.py",
+    "tests/isolation/test_wire.py",
     *(
         f"tests/report/test_{name}.py"
         for name in (
@@ -68,6 +72,7 @@ BOUNDARY_TESTS = [
             "wire",
             "json_boundary",
             "uses_plugin",
+            "junit",
         )
     ),
 ]
@@ -127,11 +132,12 @@ def _oldest_pytest() -> str:
     return f"{floor}.*" if "." in floor else f"{floor}.0.*"
 
 
-def _run_suite(session: nox.Session) -> None:
-    """The suite less tests/ecosystem: the plugins beside this one are tested in the README's
-    run (on torch 2.13.0), which CI runs first; what they test does not change with torch."""
-    ignore = "--ignore=tests/ecosystem"
-    session.run("python", "-m", "pytest", "-n", "auto", ignore, *session.posargs)
+def _run_suite(session: nox.Session, *tests: str) -> None:
+    """``tests``, else the suite less tests/ecosystem: the plugins beside this one are tested in
+    the README's run (on torch 2.13.0), which CI runs first; what they test does not change with
+    torch."""
+    chosen = tests or ("--ignore=tests/ecosystem",)
+    session.run("python", "-m", "pytest", "-n", "auto", *chosen, *session.posargs)
 
 
 @nox.session(python=TESTS_PYTHON)
@@ -154,7 +160,7 @@ def boundaries(session: nox.Session) -> None:
     """CI's release session: :data:`BOUNDARY_TESTS` on the newest torch CI supports beside the
     oldest pytest allowed."""
     _install(session, NEWEST_TORCH, oldest_pytest=True)
-    session.run("python", "-m", "pytest", "-n", "auto", *BOUNDARY_TESTS, *session.posargs)
+    _run_suite(session, *BOUNDARY_TESTS)
 
 
 @nox.session(python=TESTS_PYTHON)

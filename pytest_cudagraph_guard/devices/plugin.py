@@ -6,9 +6,10 @@ CUDA (a conftest that initialises CUDA as it is imported is earlier still: it se
 Where it counts the devices: xdist's controller (to spread its workers; under ``auto``, not
 where the driver lists a single GPU: there is nothing to spread), a session given an explicit
 ``--cudagraph-gpus`` (to check it), and, on demand, a session that meets a test marked
-``gpus=K``. Nowhere else: a session of ``auto`` on one GPU or none asks nothing and changes
-nothing. A worker gets its devices, and the session's, from the controller (``workerinput``),
-or counts them itself where a ``gpus=K`` test needs them and the controller did not."""
+``gpus=K``. Nowhere else: a session of ``auto`` without xdist asks nothing, and on one GPU or
+none ``auto`` changes nothing. A worker gets its devices, and the session's, from the controller
+(``workerinput``), or counts them itself where a ``gpus=K`` test needs them and the controller
+did not."""
 
 from __future__ import annotations
 

@@ -10,9 +10,11 @@ from collections.abc import Callable
 
 import pytest
 
+from pytest_cudagraph_guard.devices import host
+
 from ..isolation.conftest import fake_cuda, logged
 
-__all__ = ["fake_cuda", "fake_gpus", "logged"]
+__all__ = ["fake_cuda", "fake_gpus", "logged", "nvml_asked", "nvml_askers"]
 
 FAKE_PYNVML = """
 import os
@@ -25,8 +27,8 @@ class NVMLError(Exception):
 
 
 def nvmlInit():
-    with open(os.environ["NVML_ASKED"], "a") as log:
-        log.write(f"{os.getpid()}\\n")
+    with open(os.environ["NVML_ASKED"], "a") as log:  # by whom: xdist's controller or a worker
+        log.write(f"{os.getpid()} {os.environ.get('PYTEST_XDIST_WORKER', 'controller')}\\n")
     if os.environ.get("FAKE_NVML_FAILS"):  # a driver whose NVML fails: it cannot count
         raise NVMLError("Unknown Error")
 
@@ -51,6 +53,18 @@ def nvmlDeviceGetUUID(handle):
     return f"GPU-{handle:08d}-fake"
 """
 
+# The inner sessions' conftest, loaded before the plugin configures, in xdist's workers and a
+# subprocess's session too: the driver's folder of GPUs is the stand-in host's, not this
+# machine's.
+FAKE_DRIVER = """
+import os
+from pathlib import Path
+
+from pytest_cudagraph_guard.devices import host
+
+host.DRIVER_GPUS = Path(os.environ["FAKE_DRIVER_GPUS"])
+"""
+
 FakeGpus = Callable[..., pytest.Pytester]
 
 
@@ -58,15 +72,25 @@ FakeGpus = Callable[..., pytest.Pytester]
 def fake_gpus(
     fake_cuda: Callable[..., pytest.Pytester], monkeypatch: pytest.MonkeyPatch
 ) -> FakeGpus:
-    """``fake_gpus(*names, shown=(...))``: the tester, its host with a GPU of each name (none:
-    NVML answers, with no device), CUDA's stand-in logging the variables ``shown`` (always
+    """``fake_gpus(*names, shown=(...), listed=None)``: the tester, its host with a GPU of each
+    name (none: NVML answers, with no device) and a driver whose folder lists ``listed`` of them
+    (all where not given), CUDA's stand-in logging the variables ``shown`` (always
     ``CUDA_VISIBLE_DEVICES`` and ``PYTEST_XDIST_WORKER``)."""
 
-    def install(*names: str, shown: tuple[str, ...] = ()) -> pytest.Pytester:
+    def install(
+        *names: str, shown: tuple[str, ...] = (), listed: int | None = None
+    ) -> pytest.Pytester:
         tester = fake_cuda("CUDA_VISIBLE_DEVICES", "PYTEST_XDIST_WORKER", *shown)
         site = tester.path / "nvml"
         site.mkdir(exist_ok=True)
         (site / "pynvml.py").write_text(FAKE_PYNVML)
+        tester.makeconftest(FAKE_DRIVER)
+        driver = tester.path / "driver-gpus"
+        driver.mkdir()
+        for slot in range(len(names) if listed is None else listed):
+            (driver / f"0000:{slot + 1:02x}:00.0").mkdir()
+        monkeypatch.setenv("FAKE_DRIVER_GPUS", str(driver))
+        monkeypatch.setattr(host, "DRIVER_GPUS", driver)  # put back after in-process sessions
         monkeypatch.setenv("PYTHONPATH", f"{site}:{tester.path / 'site'}")
         monkeypatch.setenv("FAKE_GPUS", ",".join(names))
         monkeypatch.setenv("NVML_ASKED", str(tester.path / "nvml.log"))
@@ -82,3 +106,8 @@ def fake_gpus(
 def nvml_asked(tester: pytest.Pytester) -> int:
     """How many times the sessions asked NVML."""
     return len(logged(tester, "nvml.log"))
+
+
+def nvml_askers(tester: pytest.Pytester) -> list[str]:
+    """Who asked NVML, in turn: ``controller`` (or a session without xdist) or a worker's id."""
+    return [asker for _, asker in logged(tester, "nvml.log")]

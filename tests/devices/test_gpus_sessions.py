@@ -5,15 +5,11 @@ worker's, ``gpus=K`` reserved or skipped, and nothing changed on a host of one G
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from pytest_cudagraph_guard.devices import host
 
 from ..conftest import QUIET_INI
 from ..helpers import records_by_name
-from .conftest import FakeGpus, logged, nvml_asked
+from .conftest import FakeGpus, logged, nvml_asked, nvml_askers
 
 H100 = "NVIDIA H100 80GB HBM3"
 REPORT = "--cudagraph-report=json:r.json"
@@ -218,25 +214,37 @@ def test_in_process():
     assert all(devices == "None" for _, _, devices in _ran(tester))
     result.stdout.no_fnmatch_line("*cudagraph gpus*")
     assert all(not r["devices"] for r in records_by_name(tester.path / "r.json").values())
-    assert nvml_asked(tester) == (1 if xdist else 0)  # a session alone asks nothing
+    # A session alone asks nothing; xdist's controller asks where the driver lists no GPU.
+    assert nvml_askers(tester) == (["controller"] if xdist and not gpus else [])
 
 
 @pytest.mark.parametrize("listed", [1, 2])
 def test_xdist_asks_nvml_nothing_where_the_driver_lists_one_gpu(
-    fake_gpus: FakeGpus, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, listed: int
+    fake_gpus: FakeGpus, listed: int
 ) -> None:
     """The driver's folder decides: listing one GPU, the controller asks NVML nothing (whose
     two stand-in GPUs then go unspread); listing two, it asks and spreads its workers."""
-    driver = tmp_path / "gpus"
-    for slot in range(listed):
-        (driver / f"0000:0{slot + 1}:00.0").mkdir(parents=True)
-    monkeypatch.setattr(host, "DRIVER_GPUS", driver)
-    tester = fake_gpus(H100, H100)
+    tester = fake_gpus(H100, H100, listed=listed)
     tester.makepyfile(IN_WORKERS)
     result = tester.runpytest("-p", "no:cacheprovider", "-n", "2")
     result.assert_outcomes(passed=8)
     spread = {devices for _, _, devices in _ran(tester)}
-    assert (nvml_asked(tester), spread) == ((0, {"None"}) if listed == 1 else (1, {"0", "1"}))
+    expected = ([], {"None"}) if listed == 1 else (["controller"], {"0", "1"})
+    assert (nvml_askers(tester), spread) == expected
+
+
+def test_a_worker_counts_the_gpus_itself_where_the_controller_did_not(
+    fake_gpus: FakeGpus,
+) -> None:
+    """On one listed GPU the controller gives its workers nothing: the worker that meets a
+    ``gpus=K`` test asks NVML itself, and skips the test that needs more than the host has."""
+    tester = fake_gpus(H100)
+    tester.makepyfile(test_marked=GPUS_MARKED, test_plain=IN_WORKERS)
+    result = tester.runpytest("-p", "no:cacheprovider", "-rs", "-n", "2", "--dist", "loadfile")
+    result.assert_outcomes(passed=9, skipped=2)
+    result.stdout.fnmatch_lines(["SKIPPED *: needs 2 GPUs, the host has 1"])
+    marked_on = {worker for name, worker, _ in _ran(tester) if name == "test_one"}
+    assert nvml_askers(tester) == sorted(marked_on)
 
 
 def test_explicit_devices_are_the_sessions_and_its_test_processes(fake_gpus: FakeGpus) -> None:
