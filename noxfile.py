@@ -49,16 +49,17 @@ NOTORCH_TESTS = "tests/notorch"
 # test process's own pytest session and the wire that carries its reports back, and a crash's
 # record (pytest's xfail marks and fault handler). CI runs these on the newest torch beside the
 # oldest pytest, and the whole suite on the README's torch and pytest; left to the latter: the
-# zygote and its spares, the devices, the report's files and formats, the suite options.
+# zygote and its spares, the devices, an xdist worker's crash and core dumps, the report's
+# files and formats, the suite options.
 BOUNDARY_TESTS = [
     "tests/_torch",
     "tests/threads",
     "tests/guard",
     "tests/fault_guard",
     "tests/core/test_options.py",
-    "tests/crash",
+    "tests/crash/test_crash.py",
+    "tests/crash/test_journal.py",
     "tests/isolation/test_subprocess_marker.py",
-    "tests/isolation/test_failures.py",
     "tests/isolation/test_wire.py",
     *(
         f"tests/report/test_{name}.py"

@@ -94,6 +94,8 @@ def fake_gpus(
         monkeypatch.setenv("PYTHONPATH", f"{site}:{tester.path / 'site'}")
         monkeypatch.setenv("FAKE_GPUS", ",".join(names))
         monkeypatch.setenv("NVML_ASKED", str(tester.path / "nvml.log"))
+        # An inner session's own process is no xdist worker, though this test may run in one.
+        monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
         # As on a host where nothing placed this session (the outer one may have: -n on GPUs).
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
         monkeypatch.delenv("PYTEST_CUDAGRAPH_GUARD_DEVICES", raising=False)
