@@ -53,8 +53,10 @@ DEBUGGER_NOTICE: Final = (
     "cudagraph_subprocess, with -p no:cudagraph_guard"
 )
 # How long the parent waits beyond pytest-timeout's timeout, which the test process enforces
-# itself, before it stops the process as at the marker's timeout.
-PYTEST_TIMEOUT_MARGIN_S: Final = 5.0
+# itself from the test's start, before it stops the process as at the marker's timeout. The
+# parent's wait starts earlier, with the process: its start and the module's collection count
+# there (seconds of imports on a busy machine), and pytest-timeout's own message should win.
+PYTEST_TIMEOUT_MARGIN_S: Final = 30.0
 # The --capture modes whose session shows what a test writes as it writes it.
 LIVE_CAPTURE_MODES: Final = ("no", "tee-sys")
 # pytest-timeout's thread method dumps the stacks between two lines of this title, then exits 1.
