@@ -12,6 +12,7 @@ import functools
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -282,6 +283,12 @@ class SubprocessChild:
             apply()
         else:
             session.take_in_or_make(apply)
+
+    @pytest.hookimpl(tryfirst=True)
+    @guards(_SENDING)
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        """The test begins: its timeout counts from here, not from its process's start."""
+        self._send({"kind": "began", "at": time.monotonic()})
 
     @guards(_LINK)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -15,10 +15,14 @@ from typing import Final, NamedTuple, Protocol
 
 from ..crash.exit_state import through_dying
 from .forking import kill_group
-from .wire import STDERR_NAME
+from .wire import RESULTS_NAME, STDERR_NAME, began_at
 
 STACKS_GRACE_S: Final = 2.0
 REAP_TIMEOUT_S: Final = 30.0
+# What a test process may take before its test begins (its start, its conftests, its module's
+# imports and collection), where its timeout is shorter; how often it is asked whether it began.
+STARTING_LIMIT_S: Final = 120.0
+BEGAN_POLL_S: Final = 1.0
 SECTION_LIMIT: Final = 1_000_000
 
 
@@ -73,14 +77,17 @@ class TestProcess:
         return self.teller.end_of(self.pid, deadline)
 
     def wait(self, timeout: float) -> ChildExit:
-        """Its end within ``timeout``, through its dying; past it, while its teller is there to
-        say its end, its stacks are asked for, its group is killed, and its end is waited for
-        once more."""
+        """Its end within ``timeout`` of its test's start, through its dying; past it, while its
+        teller is there to say its end, its stacks are asked for, its group is killed, and its
+        end is waited for once more."""
         outcome = ChildExit(self.pid, self.folder)
         ended: Ended | None = None
         start = time.monotonic()
         try:
-            ended = through_dying(self, start + timeout)
+            deadline: float | None = start + timeout
+            while deadline is not None:
+                ended = through_dying(self, deadline)
+                deadline = None if ended is not None else self._deadline(start, timeout)
             if ended is None and self.teller.alive():
                 outcome.timed_out = True
                 outcome.stacks = _stop(self.pid, self.folder)
@@ -95,6 +102,19 @@ class TestProcess:
         if ended is not None:
             outcome.status, outcome.ending = ended
         return outcome
+
+    def _deadline(self, start: float, timeout: float) -> float | None:
+        """Past a deadline, the next one: the test's ``timeout`` counts from when it began (its
+        ``began`` frame); until then, its process's start, imports and collection may take
+        :data:`STARTING_LIMIT_S` (or the timeout, where longer), asked again each
+        :data:`BEGAN_POLL_S`. None: it is past its time."""
+        now = time.monotonic()
+        began = began_at(self.folder / RESULTS_NAME)
+        if began is not None:
+            deadline = began + timeout
+        else:
+            deadline = min(now + BEGAN_POLL_S, start + max(timeout, STARTING_LIMIT_S))
+        return deadline if deadline > now and self.teller.alive() else None
 
 
 def _stop(pid: int, folder: Path) -> str:

@@ -53,10 +53,9 @@ DEBUGGER_NOTICE: Final = (
     "cudagraph_subprocess, with -p no:cudagraph_guard"
 )
 # How long the parent waits beyond pytest-timeout's timeout, which the test process enforces
-# itself from the test's start, before it stops the process as at the marker's timeout. The
-# parent's wait starts earlier, with the process: its start and the module's collection count
-# there (seconds of imports on a busy machine), and pytest-timeout's own message should win.
-PYTEST_TIMEOUT_MARGIN_S: Final = 30.0
+# itself, before it stops the process as at the marker's timeout: both count from the test's
+# start, and pytest-timeout's own message (its stacks dumped, its process ended) should win.
+PYTEST_TIMEOUT_MARGIN_S: Final = 10.0
 # The --capture modes whose session shows what a test writes as it writes it.
 LIVE_CAPTURE_MODES: Final = ("no", "tee-sys")
 # pytest-timeout's thread method dumps the stacks between two lines of this title, then exits 1.

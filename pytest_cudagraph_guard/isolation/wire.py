@@ -21,7 +21,8 @@ code, once its last result is written.
 A test's folder holds its request file (a ``request`` frame: after the ``hello`` where the test
 process is a spawned interpreter, which has no zygote to have it from; before a ``learn`` frame
 where a zygote forks it: what the zygote may load, where it is new to it), its ``results`` (a
-``report``, ``warning`` or ``collect_error`` frame each) and the ``needed`` frame that its
+``began`` frame as its test begins, ``at`` its ``time.monotonic()``; a ``report``,
+``warning`` or ``collect_error`` frame each) and the ``needed`` frame that its
 process notes for the zygote.
 """
 
@@ -67,6 +68,7 @@ Kind = Literal[
     "report",
     "warning",
     "collect_error",
+    "began",
     "needed",
     "unreadable",  # a line that is no frame: a torn one, or a stray write
 ]
@@ -193,8 +195,16 @@ class CollectErrorMessage(TypedDict):
     collect_error: str
 
 
+class BeganMessage(TypedDict):
+    """The test has begun (its setup), at ``at`` on the monotonic clock, which every process
+    of the host shares: its timeout counts from there."""
+
+    kind: Literal["began"]
+    at: float
+
+
 # One frame of the results file: what the test process tells the parent.
-ChildMessage = ReportMessage | WarningMessage | CollectErrorMessage
+ChildMessage = ReportMessage | WarningMessage | CollectErrorMessage | BeganMessage
 
 
 def child_sys_path(request: ChildRequest) -> list[str]:
@@ -244,6 +254,20 @@ def read_frames(path: str | Path) -> list[Frame]:
     with open(path, "rb") as file:
         lines = file.read().splitlines()
     return [found for found in map(decode, lines) if found["kind"] != "unreadable"]
+
+
+def began_at(results: Path) -> float | None:
+    """When the test of the results file at ``results`` began (its ``began`` frame, which comes
+    before its reports); None where it has not begun, or its file cannot be read."""
+    try:
+        with results.open("rb") as file:
+            for line in file:
+                found = decode(line)
+                if found["kind"] == "began" and isinstance(found.get("at"), (int, float)):
+                    return float(found["at"])
+    except OSError:
+        pass
+    return None
 
 
 def _fields(found: object) -> Frame:

@@ -233,6 +233,25 @@ def test_a_hung_process_is_killed_with_its_group_and_its_stacks_shown(
     assert all_gone([int(pid) for pid in pids.read_text().split()])
 
 
+def test_a_markers_timeout_counts_from_the_tests_start_not_its_process_s(
+    ourtester: pytest.Pytester,
+) -> None:
+    # The module's collection, in each process, takes longer than the test's timeout.
+    ourtester.makepyfile(
+        """
+        import time
+        import pytest
+
+        time.sleep(5)
+
+        @pytest.mark.cudagraph_subprocess(timeout=2)
+        def test_quick():
+            pass
+        """
+    )
+    ourtester.runpytest().assert_outcomes(passed=1)
+
+
 def test_exceptions_that_cannot_be_pickled_and_huge_output_arrive(
     ourtester: pytest.Pytester,
 ) -> None:

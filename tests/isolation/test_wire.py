@@ -215,3 +215,15 @@ def test_a_zygote_may_try_the_installed_modules_a_test_process_imported_outside_
     assert lists["started"] == ["json", "json.decoder", "sys"]
     assert lists["plugins"] == ["pluggy"]
     assert lists["modules"] == ["_pytest.python"]
+
+
+def test_a_tests_start_is_read_from_its_results_and_is_none_before_it_began(
+    tmp_path: Path,
+) -> None:
+    results = tmp_path / wire.RESULTS_NAME
+    assert wire.began_at(results) is None  # no file yet
+    results.write_bytes(wire.frame("warning", warning={}))
+    assert wire.began_at(results) is None
+    with results.open("ab") as file:
+        file.write(wire.frame("began", at=12.5) + wire.frame("report", report={}))
+    assert wire.began_at(results) == 12.5
