@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from ._torch.trees import ensure_cudagraph_tls
-    from .core.settings import Setting, effective_settings
     from .core.warnings import CudagraphConfigLeakWarning, CudagraphGuardWarning
     from .diagnosis import Diagnosis, diagnose
     from .guard.config_guard import ConfigGuard, ConfigKeyError
+    from .torch_settings import Setting, effective_settings
 
 # Each public name and the module that defines it.
 _MODULE_OF: Final = {
@@ -27,8 +27,8 @@ _MODULE_OF: Final = {
     "CudagraphGuardWarning": "core.warnings",
     "Diagnosis": "diagnosis",
     "diagnose": "diagnosis",
-    "Setting": "core.settings",
-    "effective_settings": "core.settings",
+    "Setting": "torch_settings",
+    "effective_settings": "torch_settings",
 }
 
 __all__ = [

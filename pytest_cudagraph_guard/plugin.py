@@ -103,7 +103,7 @@ class Features:
 
         if not plugin_options(config).settings:
             return None
-        from .core.settings import print_settings
+        from .torch_settings import print_settings
 
         print_settings()
         return 0

@@ -1,6 +1,6 @@
 """Which environment variables torch reads for a config key, found in the config module's
 source, and which one torch writes itself; for the settings' sources and the environment
-leak's wording (``core.settings``, ``guard.diff``, :mod:`.torch_env`)."""
+leak's wording (``torch_settings``, ``guard.diff``, :mod:`.torch_env`)."""
 
 from __future__ import annotations
 

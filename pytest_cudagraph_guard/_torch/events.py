@@ -6,7 +6,7 @@ torch makes it cheap, ``function``, the compiled function as its user knows it
 (``step (model.py:12)``). ``settings`` are the cudagraph keys of inductor's config as the acting
 thread saw them: at every compile and recording, and at a replay only while a test has no such
 moment yet (``settings_wanted``). Also the names the readers share with torch's side: the
-inductor backend and the settings that turn CUDA graphs on (read by ``core.settings``, the
+inductor backend and the settings that turn CUDA graphs on (read by ``torch_settings``, the
 fixtures, ``report.activity``, ``report.render`` and ``report.entries``, and here by the config
 modules and ``observe``).
 """

@@ -55,7 +55,7 @@ class Change(NamedTuple):
 def _shown_value(value: Any) -> Any:
     if value is values.HIDDEN or value is values.UNSET or value == ENV_UNSET:
         return _show(value)
-    from ..core.settings import jsonable
+    from ..torch_settings import jsonable
 
     return jsonable(value)
 

@@ -12,7 +12,7 @@ from .._torch.torch_env import environ_stamp, torch_env
 
 if TYPE_CHECKING:
     from .._torch import config_access, values
-    from ..core.settings import StoredValues
+    from ..torch_settings import StoredValues
 
 
 class Snapshot:
@@ -51,7 +51,7 @@ class QuickCheck:
         if self._torch_free:
             return
         from .._torch import config_access, counting
-        from ..core.settings import StoredValues
+        from ..torch_settings import StoredValues
 
         self._count = counting.change_count()
         self._modules = {

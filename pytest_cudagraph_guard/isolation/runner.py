@@ -25,10 +25,10 @@ from ..core.entries import SettingEntry
 from ..core.markers import SubprocessOptions, plugin_marks
 from ..core.records import DEVICES_VARIABLE, devices_in
 from ..core.session import PluginSession
-from ..core.settings import switched
 from ..core.warnings import CudagraphGuardWarning, notify
 from ..crash.death import ProcessEnd, log_process_death
 from ..crash.journal import read_journal
+from ..torch_settings import switched
 from .pool import ProcessPool
 from .preloads import module_imports, session_modules
 from .processes import ChildExit

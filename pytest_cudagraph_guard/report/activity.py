@@ -21,7 +21,7 @@ from typing import Any, Final, NamedTuple
 from .._torch import events
 from ..core.entries import ErrorEntry, SettingEntry
 from ..core.records import Activity, CompiledEntry, SkipEntry, ThreadActivity
-from ..core.settings import default_entry, jsonable
+from ..torch_settings import default_entry, jsonable
 from .torch_findings import (
     cross_thread_entry,
     divergence_entry,

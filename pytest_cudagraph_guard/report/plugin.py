@@ -21,10 +21,10 @@ from ..core.markers import plugin_marks
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
 from ..core.outcomes import is_skip_or_xfail
 from ..core.records import USER_PROPERTY, Activity, TestRecord, devices_in, to_json
-from ..core.settings import SettingsReader
 from ..core.stash import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
 from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser
 from ..fault_guard import Loss, Part, guards, run_ours
+from ..torch_settings import SettingsReader
 from .activity import TestActivity, settings_as_acted
 
 if TYPE_CHECKING:

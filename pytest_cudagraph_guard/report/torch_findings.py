@@ -10,8 +10,8 @@ from typing import Any
 from .._torch import events
 from ..core.entries import ErrorEntry
 from ..core.kinds import CONFIG_DIVERGENCE, CROSS_THREAD_GRAPH, RERECORD, SLOW_PATH
-from ..core.settings import default_entry, jsonable
 from ..diagnosis import rerecord_hint, slow_path_hint
+from ..torch_settings import default_entry, jsonable
 
 
 def cross_thread_entry(run: events.CrossThread) -> ErrorEntry:

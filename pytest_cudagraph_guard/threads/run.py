@@ -29,11 +29,11 @@ from ..core.entries import ErrorEntry, SettingEntry
 from ..core.kinds import TIMEOUT
 from ..core.markers import THREAD_MARKER, ThreadOptions, checked_marks
 from ..core.outcomes import is_skip_or_xfail
-from ..core.settings import SettingsReader, switched
 from ..core.stash import ThreadRunFacts, thread_run_key
 from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser, timeout_hint
 from ..guard.diff import restore as restore_config
 from ..guard.state import Snapshot
+from ..torch_settings import SettingsReader, switched
 from .failures import raise_failures, where_the_test_is
 from .placement import Placement, barrier
 

@@ -1,7 +1,8 @@
-"""The effective cudagraph settings, each with where its value comes from: for the report, the
-fixtures, the thread marker, ``--cudagraph-settings`` and the public ``effective_settings``; and
-the settings a marker turns on (:func:`switched`, for the thread marker and a dead test
-process's record)."""
+"""What torch used: the effective cudagraph settings, each with where its value comes from (the
+defaults, the environment, the test, torch.compile), read through :mod:`._torch`: for the report,
+the leak guard, the thread marker, ``--cudagraph-settings`` and the public
+``effective_settings``; and the settings a marker turns on (:func:`switched`, for the thread
+marker and a dead test process's record)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
-from .._torch import release, runtime, values
-from .._torch.events import cudagraph_switches
-from .._torch.torch_env import EnvironStamp, environ_stamp, user_torch_env
-from .entries import SettingEntry
+from ._torch import release, runtime, values
+from ._torch.events import cudagraph_switches
+from ._torch.torch_env import EnvironStamp, environ_stamp, user_torch_env
+from .core.entries import SettingEntry
 
 if TYPE_CHECKING:
-    from .._torch import config_access
-    from .markers import SubprocessOptions, ThreadOptions
+    from ._torch import config_access
+    from .core.markers import SubprocessOptions, ThreadOptions
 
 # Besides the config modules, the modules whose source names the variables torch reads.
 READERS: Final = ("torch._inductor.runtime.cache_dir_utils",)
@@ -46,7 +47,7 @@ class Setting(NamedTuple):
 def effective_settings(extra_keys: Iterable[str] = ()) -> dict[str, Setting]:
     """Every cudagraph-related key of ``torch._inductor.config`` (nested ones too) as the calling
     thread sees it, with its source. Imports torch."""
-    from .._torch import config_access, env_sources
+    from ._torch import config_access, env_sources
 
     config = config_access.import_config(config_access.INDUCTOR_CONFIG)
     # Reading which variables set which key parses torch's config source: only worth it when
@@ -115,7 +116,7 @@ class SettingsReader:
         self._record: dict[str, SettingEntry] = {}
 
     def read(self, extra_keys: Iterable[str] = ()) -> dict[str, SettingEntry]:
-        from .._torch import config_access
+        from ._torch import config_access
 
         extra_keys = list(extra_keys)
         config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
@@ -199,7 +200,7 @@ def _source(
 def default_entry(key: str) -> SettingEntry | None:
     """A key of inductor's config as it would be had no test set it: its default, with the
     variable that decided it where one did. None where the key is not there."""
-    from .._torch import config_access, env_sources
+    from ._torch import config_access, env_sources
 
     config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
     if config is None or not config.has_key(key):
@@ -239,7 +240,7 @@ def env_read_by_torch() -> dict[str, str | None]:
     variable)."""
     import sys
 
-    from .._torch import config_access, env_sources
+    from ._torch import config_access, env_sources
 
     readers: dict[str, str] = {}
     for name in (*config_access.GUARDED_CONFIG_MODULES, *READERS):
@@ -253,7 +254,7 @@ def print_settings() -> None:
     if not runtime.torch_installed():
         print("torch is not installed: no cudagraph settings to show")
         return
-    from .._torch import config_access, trees
+    from ._torch import config_access, trees
 
     runtime.import_quietly(config_access.DYNAMO_CONFIG)
     settings = effective_settings()
