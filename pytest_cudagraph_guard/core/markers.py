@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 import pytest
 
@@ -77,10 +77,6 @@ class SubprocessOptions(NamedTuple):
     # Not an argument: whether the test process turns CUDA graphs on (a marker of the test's own
     # does, one that --cudagraph-subprocess applied does only under --cudagraph-on).
     switches: bool = True
-
-
-THREAD_ARGUMENTS: Final = ThreadOptions._fields[:-1]
-SUBPROCESS_ARGUMENTS: Final = SubprocessOptions._fields[:-1]
 
 
 class PluginMarks(NamedTuple):
@@ -197,30 +193,31 @@ def thread_options(
     mark: pytest.Mark, default_timeout: float | None = None, *, switches: bool = True
 ) -> ThreadOptions:
     """The validated arguments of a ``cudagraph_thread`` marker."""
-    values = _bind(mark, THREAD_ARGUMENTS, ("threads",), default_timeout)
-    options = ThreadOptions(**values, switches=switches)
-    _check_positive_int(options.threads, "threads")
-    _check_positive_number(options.timeout, "timeout")
-    _check_bool(options.trees, "trees")
-    _check_bool(options.require_cuda, "require_cuda")
-    if options.tls not in TLS_MODES:
-        raise MarkerError(f"argument 'tls' must be 'native' or 'init', got {options.tls!r}")
-    return options
+    given = _bind(mark, ThreadOptions, ("threads",), default_timeout)
+    return ThreadOptions(
+        threads=_positive_int(given["threads"], "threads"),
+        timeout=_positive_number(given["timeout"], "timeout"),
+        trees=_bool(given["trees"], "trees"),
+        tls=_tls(given["tls"]),
+        require_cuda=_bool(given["require_cuda"], "require_cuda"),
+        switches=switches,
+    )
 
 
 def subprocess_options(
     mark: pytest.Mark, default_timeout: float | None = None, *, switches: bool = True
 ) -> SubprocessOptions:
     """The validated arguments of a ``cudagraph_subprocess`` marker."""
-    values = _bind(mark, SUBPROCESS_ARGUMENTS, (), default_timeout)
-    env = values.pop("env", None)
-    options = SubprocessOptions(**values, env=_check_env(env), switches=switches)
-    _check_positive_number(options.timeout, "timeout")
-    _check_bool(options.trees, "trees")
-    _check_bool(options.require_cuda, "require_cuda")
-    if options.gpus is not None:
-        _check_positive_int(options.gpus, "gpus")
-    return options
+    given = _bind(mark, SubprocessOptions, (), default_timeout)
+    gpus = given["gpus"]
+    return SubprocessOptions(
+        env=_env(mark.kwargs.get("env")),  # keyword-only: its default, (), is no valid input
+        timeout=_positive_number(given["timeout"], "timeout"),
+        trees=_bool(given["trees"], "trees"),
+        require_cuda=_bool(given["require_cuda"], "require_cuda"),
+        gpus=None if gpus is None else _positive_int(gpus, "gpus"),
+        switches=switches,
+    )
 
 
 def _main_thread_misuse(marks: PluginMarks) -> MarkerError | None:
@@ -247,10 +244,13 @@ def _main_thread_misuse(marks: PluginMarks) -> MarkerError | None:
 
 def _bind(
     mark: pytest.Mark,
-    names: tuple[str, ...],
+    options: type[ThreadOptions | SubprocessOptions],
     positional: tuple[str, ...],
     default_timeout: float | None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
+    """Each argument of ``options`` (less ``switches``, which is no argument) as ``mark`` gives
+    it, else its default (``default_timeout``, where given, for the timeout)."""
+    names = options._fields[:-1]
     if len(mark.args) > len(positional):
         extra = mark.args[len(positional)]
         takes = (
@@ -259,7 +259,7 @@ def _bind(
             else "takes keyword arguments only"
         )
         raise MarkerError(f"{takes}, got {extra!r}: {_keyword_hint(extra, names)}")
-    values = dict(zip(positional[: len(mark.args)], mark.args, strict=True))
+    values: dict[str, object] = dict(zip(positional[: len(mark.args)], mark.args, strict=True))
     for key, value in mark.kwargs.items():
         if key not in names:
             raise MarkerError(f"unknown argument {key!r} (known: {', '.join(names)})")
@@ -268,7 +268,7 @@ def _bind(
         values[key] = value
     if default_timeout is not None:
         values.setdefault("timeout", default_timeout)
-    return values
+    return {**options._field_defaults, **values}
 
 
 def _keyword_hint(value: object, names: tuple[str, ...]) -> str:
@@ -286,12 +286,13 @@ def _keyword_hint(value: object, names: tuple[str, ...]) -> str:
     return f"pass it by keyword, e.g. {guess}={value!r}"
 
 
-def _check_positive_int(value: object, name: str) -> None:
+def _positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise MarkerError(f"argument {name!r} must be a positive int, got {value!r}")
+    return value
 
 
-def _check_positive_number(value: object, name: str) -> None:
+def _positive_number(value: object, name: str) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
@@ -299,14 +300,22 @@ def _check_positive_number(value: object, name: str) -> None:
         or value <= 0
     ):
         raise MarkerError(f"argument {name!r} must be a positive number, got {value!r}")
+    return value
 
 
-def _check_bool(value: object, name: str) -> None:
+def _bool(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise MarkerError(f"argument {name!r} must be True or False, got {value!r}")
+    return value
 
 
-def _check_env(value: object) -> tuple[tuple[str, str], ...]:
+def _tls(value: object) -> str:
+    if not isinstance(value, str) or value not in TLS_MODES:
+        raise MarkerError(f"argument 'tls' must be 'native' or 'init', got {value!r}")
+    return value
+
+
+def _env(value: object) -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
     if not isinstance(value, Mapping):
