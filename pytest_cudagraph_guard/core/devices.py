@@ -23,9 +23,11 @@ class WorkerShare(TypedDict):
 
 def worker_share(workerinput: Mapping[str, object]) -> WorkerShare | None:
     """A worker's share, as its controller gave it; None where it gave none (``off``, or the
-    devices were not counted there)."""
+    devices were not counted there), or none this version reads."""
     given = workerinput.get(WORKER_DEVICES)
-    return cast(WorkerShare, given) if isinstance(given, Mapping) else None
+    if not isinstance(given, Mapping) or not WorkerShare.__required_keys__ <= given.keys():
+        return None
+    return cast(WorkerShare, given)
 
 
 def devices_of_worker(workerinput: Mapping[str, object]) -> list[DeviceEntry]:

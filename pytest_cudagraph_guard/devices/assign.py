@@ -49,12 +49,13 @@ def _gpus(count: int) -> str:
     return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
 
-def places(choice: GpuChoice, devices: Sequence[Device]) -> bool:
-    """Whether the plugin gives processes their devices: ``auto`` only where there are
-    several (on one GPU, nothing changes), a count or indices always, ``off`` never."""
+def places(choice: GpuChoice, count: int | None) -> bool:
+    """Whether the plugin gives processes their devices, ``count`` of them (counted, or as the
+    driver lists them; None: not known yet): ``auto`` only where there may be several (on one
+    GPU, nothing changes), a count or indices always, ``off`` never."""
     if choice == GPUS_OFF:
         return False
-    return choice != GPUS_AUTO or len(devices) > 1
+    return choice != GPUS_AUTO or count is None or count > 1
 
 
 def worker_share(slot: int, workers: int, devices: Sequence[Device]) -> list[Device]:

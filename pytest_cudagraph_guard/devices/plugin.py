@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from ..core.devices import VISIBLE_VARIABLE, WORKER_DEVICES, WorkerShare, worker_share
-from ..core.option_readers import GPUS_AUTO, GPUS_OFF, ascii_digits
+from ..core.option_readers import ascii_digits
 from ..core.options import PluginOptions, plugin_options
 from ..core.session import PluginNames
 from ..core.stash import TestDevices, test_devices_key, test_process_key
@@ -116,16 +116,14 @@ class DevicesPlugin:
         return self._devices
 
     def _spreads(self) -> bool:
-        """Whether xdist's controller gives its workers their devices: not ``off``, and under
-        ``auto`` not where the driver lists one GPU (NVML, asked in a fresh interpreter, would
-        hold up the workers' start for nothing)."""
-        if self.choice == GPUS_OFF:
-            return False
-        return self.choice != GPUS_AUTO or not self._one_gpu_listed
+        """Whether xdist's controller gives its workers their devices, as far as the driver's
+        list tells before NVML is asked (NVML, asked in a fresh interpreter, would hold up the
+        workers' start for nothing where the driver lists one GPU)."""
+        return assign.places(self.choice, self._listed)
 
     @functools.cached_property
-    def _one_gpu_listed(self) -> bool:
-        return listed_by_the_driver() == 1
+    def _listed(self) -> int | None:
+        return listed_by_the_driver()
 
     def _take_worker_share(self, given: WorkerShare | None) -> None:
         """On a worker: the session's devices and this worker's, as the controller said, its
@@ -150,7 +148,7 @@ class DevicesPlugin:
         specs = list(getattr(node.nodemanager, "specs", []))
         slot = self._slot(node.gateway.spec, specs)
         own = assign.worker_share(slot, max(len(specs), 1), devices)
-        placed = assign.places(self.choice, devices)
+        placed = assign.places(self.choice, len(devices))
         node.workerinput[WORKER_DEVICES] = WorkerShare(
             devices=[(device.index, device.entry, device.name) for device in devices],
             own=[devices.index(device) for device in own] if placed else [],
@@ -170,7 +168,7 @@ class DevicesPlugin:
     @guards(HEADER)
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         """Where the tests run: the session's devices, and how xdist's workers share them."""
-        if self._devices is None or not assign.places(self.choice, self._devices):
+        if self._devices is None or not assign.places(self.choice, len(self._devices)):
             return []
         devices = ", ".join(f"{d.index} ({d.name})" for d in self._devices)
         if not self.controller:
@@ -194,7 +192,7 @@ class DevicesPlugin:
         skip = assign.skip_reason(wanted, devices)
         if skip is not None:
             return TestDevices({}, skip)
-        if not assign.places(self.choice, devices):
+        if not assign.places(self.choice, len(devices)):
             return TestDevices({})
         return TestDevices(assign.environment(assign.reservation(self.own, devices, wanted)))
 

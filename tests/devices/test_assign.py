@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_cudagraph_guard.core import devices as shares
 from pytest_cudagraph_guard.devices import assign
 from pytest_cudagraph_guard.devices.host import Device, HostDevice, visible
 
@@ -56,10 +57,12 @@ def test_the_option_chooses_among_the_visible_devices() -> None:
 
 
 def test_auto_places_only_where_there_are_several_devices() -> None:
-    assert not assign.places("auto", DEVICES[:1])
-    assert assign.places("auto", DEVICES[:2])
-    assert assign.places(1, DEVICES[:1])
-    assert not assign.places("off", DEVICES)
+    assert not assign.places("auto", 1)
+    assert assign.places("auto", 2)
+    assert assign.places("auto", None)  # not known yet: the devices are counted
+    assert assign.places(1, 1)
+    assert not assign.places("off", len(DEVICES))
+    assert not assign.places("off", None)
 
 
 def test_the_users_variable_says_which_devices_exist() -> None:
@@ -87,3 +90,15 @@ def test_only_workers_on_this_host_are_given_its_devices() -> None:
     assert not on_this_host(XSpec("ssh=gpu-box//python=python3"))
     assert not on_this_host(XSpec("socket=192.168.1.4:8888"))
     assert not on_this_host(XSpec("popen//via=gw0"))
+
+
+def test_a_worker_reads_its_share_and_ignores_one_it_cannot_read() -> None:
+    env = assign.environment(DEVICES[1:2])
+    share = {"devices": [[1, "1", "GPU 1"]], "own": [0], "env": env}
+    found = shares.worker_share({shares.WORKER_DEVICES: share})
+    assert found is not None
+    assert found["env"] == env
+    assert indices(shares.devices_of_worker({shares.WORKER_DEVICES: share})) == [1]
+    for unreadable in ({"devices": [], "own": []}, [share], None):
+        assert shares.worker_share({shares.WORKER_DEVICES: unreadable}) is None
+        assert shares.devices_of_worker({shares.WORKER_DEVICES: unreadable}) == []
