@@ -5,8 +5,9 @@
     nox -s "tests(torch='2.14.1')"     # a CUDA build, about 5.5 GB (this machine has it on disk)
     nox -s "tests(torch='2.15.0', pytest='oldest')"  # the newest release, a CUDA build, about
                                        # 3 GB of downloads, beside the oldest pytest allowed
-    nox -s boundaries                  # CI's: the tests at torch's and pytest's boundaries
-                                       # (BOUNDARY_TESTS) on torch 2.15.0 beside the oldest pytest
+    nox -s boundaries                  # the tests at torch's and pytest's boundaries
+                                       # (BOUNDARY_TESTS) on torch 2.15.0 beside the oldest
+                                       # pytest: before a release (CI has no time for it)
     nox -s notorch                     # Python 3.10, 3.12 and 3.13, torch not installed
     nox -s notorch-3.12
     nox -s releases                    # the oldest torch claimed and each patch table boundary;
@@ -158,8 +159,8 @@ def _install(session: nox.Session, torch: str, oldest_pytest: bool) -> None:
 
 @nox.session(python=TESTS_PYTHON)
 def boundaries(session: nox.Session) -> None:
-    """CI's release session: :data:`BOUNDARY_TESTS` on the newest torch CI supports beside the
-    oldest pytest allowed."""
+    """:data:`BOUNDARY_TESTS` on the newest torch supported beside the oldest pytest allowed:
+    before a release, and where the patch table or a pytest internal the plugin reads changes."""
     _install(session, NEWEST_TORCH, oldest_pytest=True)
     _run_suite(session, *BOUNDARY_TESTS)
 

@@ -62,3 +62,23 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     starts: it is set again here."""
     monkeypatch.setenv("PYTEST_ADDOPTS", CLEAN_SESSIONS)
     return pytester
+
+
+# The test pyramid's two tiers: ``-m "not processes"`` runs the fast one, tests of functions and
+# objects in this process; the rest start what only processes show: pytest sessions (pytester's,
+# which start zygotes, test processes and xdist workers), forks and fresh interpreters.
+PROCESSES_MARKER = "processes"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{PROCESSES_MARKER}: the test starts pytest sessions or processes (given to every test "
+        "that uses pytester; run the other tier alone with -m 'not processes')",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "pytester" in getattr(item, "fixturenames", ()):
+            item.add_marker(PROCESSES_MARKER)

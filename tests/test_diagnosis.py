@@ -154,6 +154,7 @@ def test_ensure_cudagraph_tls_readies_a_fresh_thread_once() -> None:
     assert g.ensure_cudagraph_tls() is False  # the main thread has it from the import
 
 
+@pytest.mark.processes
 def test_ensure_cudagraph_tls_when_trees_are_first_imported_in_a_worker() -> None:
     """The module's own state goes to the importing thread; on torch < 2.13 (reproduced here
     by an import hook that installs 2.12's get_obj as the module loads) the main thread must

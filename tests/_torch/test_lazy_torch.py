@@ -13,6 +13,7 @@ sys.modules["torch"] = None  # makes `import torch` raise ImportError, as if not
 """
 
 
+@pytest.mark.processes
 def test_importing_the_plugin_imports_no_torch() -> None:
     run = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import pytest_cudagraph_guard.plugin"],

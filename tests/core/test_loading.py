@@ -47,6 +47,7 @@ def _imported_by(statement: str) -> list[str]:
     return run.stdout.split()
 
 
+@pytest.mark.processes
 def test_loading_the_plugin_imports_few_of_its_modules_and_no_torch() -> None:
     imported = _imported_by("import pytest_cudagraph_guard.plugin")
     ours = [name for name in imported if name.split(".")[0] == PACKAGE]
@@ -56,6 +57,7 @@ def test_loading_the_plugin_imports_few_of_its_modules_and_no_torch() -> None:
     assert not set(ours) & set(FEATURES), ours
 
 
+@pytest.mark.processes
 def test_the_package_loads_its_public_names_on_first_use() -> None:
     imported = _imported_by(
         "import pytest_cudagraph_guard as p, sys; "

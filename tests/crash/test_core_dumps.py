@@ -19,6 +19,8 @@ import pytest
 from pytest_cudagraph_guard.crash.death import CORE_DUMPED
 from pytest_cudagraph_guard.crash.exit_state import CORE_DUMPING, exit_state, through_dying
 
+pytestmark = pytest.mark.processes  # it forks or starts processes itself
+
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
 DUMPING = """
 import os, resource, sys

@@ -13,6 +13,8 @@ import pytest
 
 from ..helpers import records_by_name
 
+pytestmark = pytest.mark.processes  # it forks or starts processes itself
+
 
 def test_reduce_overhead_in_a_test_process_after_cuda_in_the_parent(
     gpu_tester: pytest.Pytester,

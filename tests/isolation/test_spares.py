@@ -13,6 +13,8 @@ from pytest_cudagraph_guard.isolation.forking import Exiting
 
 from ..helpers import alive, all_gone
 
+pytestmark = pytest.mark.processes  # it forks or starts processes itself
+
 # Each process that sets up a session (the parent's included) logs its pid, the marker's
 # variable as it saw it then, and whether CUDA graph trees were on.
 CONFTEST = """

@@ -15,6 +15,8 @@ import pytest
 from pytest_cudagraph_guard._torch.runtime import import_quietly
 from pytest_cudagraph_guard.isolation.walk import walk_imports
 
+pytestmark = pytest.mark.processes  # it forks or starts processes itself
+
 PACKAGE = {
     "__init__.py": "",
     "starts.py": "import walked_pkg.pure\nimport walked_pkg.threaded\nVALUE = 1\n",
