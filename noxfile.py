@@ -1,4 +1,4 @@
-"""Release matrix: the suite on each torch release CI supports, and the plugin without torch.
+"""Release matrix: the suite on each torch release supported, and the plugin without torch.
 
     nox -s tests                       # the three runs below, on Python 3.11
     nox -s "tests(torch='2.13.0')"     # the README's test run
@@ -33,8 +33,8 @@ import tomllib
 
 TESTS_PYTHON = "3.11"
 NOTORCH_PYTHONS = ["3.10", "3.12", "3.13"]
-NEWEST_TORCH = "2.15.0"  # the newest release CI supports
-# Each torch release CI supports once; the oldest pytest allowed beside the newest.
+NEWEST_TORCH = "2.15.0"  # the newest release supported
+# Each torch release supported once; the oldest pytest allowed beside the newest.
 TESTS_MATRIX = [
     nox.param("2.13.0", False, id="torch='2.13.0'"),
     nox.param("2.14.1", False, id="torch='2.14.1'"),
@@ -48,10 +48,10 @@ NOTORCH_TESTS = "tests/notorch"
 # (the patch table, the threads' per-thread state, the config guard, the report's findings and
 # settings), its hooks in pytest's (each failing in turn, the options, JUnit's properties), a
 # test process's own pytest session and the wire that carries its reports back, and a crash's
-# record (pytest's xfail marks and fault handler). CI runs these on the newest torch beside the
-# oldest pytest, and the whole suite on the README's torch and pytest; left to the latter: the
-# zygote and its spares, the devices, an xdist worker's crash and core dumps, the report's
-# files and formats, the suite options.
+# record (pytest's xfail marks and fault handler): these on the newest torch beside the oldest
+# pytest, before a release (CI runs the whole suite on the README's torch and pytest); left to
+# that: the zygote and its spares, the devices, an xdist worker's crash and core dumps, the
+# report's files and formats, the suite options.
 BOUNDARY_TESTS = [
     "tests/_torch",
     "tests/threads",
@@ -136,7 +136,7 @@ def _oldest_pytest() -> str:
 
 def _run_suite(session: nox.Session, *tests: str) -> None:
     """``tests``, else the suite less tests/ecosystem: the plugins beside this one are tested in
-    the README's run (on torch 2.13.0), which CI runs first; what they test does not change with
+    the README's run (on torch 2.13.0), which CI runs; what they test does not change with
     torch."""
     chosen = tests or ("--ignore=tests/ecosystem",)
     session.run("python", "-m", "pytest", "-n", "auto", *chosen, *session.posargs)
@@ -168,7 +168,7 @@ def boundaries(session: nox.Session) -> None:
 @nox.session(python=TESTS_PYTHON)
 @nox.parametrize("torch", CLAIMED_RELEASES)
 def releases(session: nox.Session, torch: str) -> None:
-    """The suite on a release that CI does not run: the oldest claimed, each patch boundary."""
+    """The suite on a release ``tests`` does not run: the oldest claimed, each patch boundary."""
     # Inductor before 2.4 imports pkg_resources, which new virtual environments lack.
     tools = ["setuptools<81"]
     session.install(f"torch=={torch}", *tools, "-e", ".", *_test_runner(), env=NO_CONSTRAINTS)

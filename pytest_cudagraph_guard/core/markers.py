@@ -40,7 +40,8 @@ SUBPROCESS_MARKER_DOC: Final = (
     "never initialised CUDA, with triton.cudagraphs=True, triton.cudagraph_trees=`trees` and "
     "the variables of the str->str mapping `env` set; its outcome, output and report are the "
     "test's. A process that dies fails the test with its signal or exit code; one still "
-    "running after `timeout` seconds is killed with its process group. require_cuda=True skips "
+    "running `timeout` seconds after its test began (its start and collection: 120 s or the "
+    "timeout, where longer) is killed with its process group. require_cuda=True skips "
     "the test without a CUDA device. gpus=K gives the process K GPUs of the host "
     "(CUDA_VISIBLE_DEVICES), and skips the test where the host has fewer."
 )
@@ -198,8 +199,8 @@ def thread_options(
         threads=_positive_int(given["threads"], "threads"),
         timeout=_positive_number(given["timeout"], "timeout"),
         trees=_bool(given["trees"], "trees"),
-        tls=_tls(given["tls"]),
         require_cuda=_bool(given["require_cuda"], "require_cuda"),
+        tls=_tls(given["tls"]),
         switches=switches,
     )
 

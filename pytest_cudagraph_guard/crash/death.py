@@ -58,6 +58,7 @@ class ProcessEnd:
     collect_errors: Sequence[str] = ()  # what its session could not collect
     timed_out: bool = False
     timeout: float = 0.0
+    began: bool = True  # timed out in its test (else before it began: its start, collection)
     stacks_at_stop: str = ""  # what it dumped when asked, before it was killed at its timeout
     lost: str = "test process was lost"  # the summary where neither status nor signal is known
     journal: JournalReading = NOTHING_READ
@@ -117,6 +118,11 @@ def summary(end: ProcessEnd, nodeid: str = "", *, ran: bool = True) -> str:
         return f"test process ran no test {nodeid!r} (exit code {code})"
     if end.ended_by_pytest_timeout is not None:
         return f"{end.ended_by_pytest_timeout[0]} Its thread method ended the test process"
+    if end.timed_out and not end.began:
+        return (
+            f"test process did not begin its test within {end.timeout:g} s (its start, "
+            "conftests and collection) and was killed with its process group"
+        )
     if end.timed_out:
         return (
             f"test process timed out after {end.timeout:g} s and was killed with its process group"

@@ -189,7 +189,7 @@ class Exiting:
     """Test processes that said they were done and are still ending (their session's last
     hooks, a CUDA context's teardown): reaped, and their groups ended, off the next test's
     critical path. Each may end until its deadline (its test's timeout, counted from its
-    start), as it could before it said it was done; one past it is killed."""
+    test's start), as it could before it said it was done; one past it is killed."""
 
     def __init__(self) -> None:
         self.deadlines: dict[int, float] = {}  # pid: time.monotonic() deadline

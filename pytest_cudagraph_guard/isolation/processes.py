@@ -23,6 +23,7 @@ REAP_TIMEOUT_S: Final = 30.0
 # imports and collection), where its timeout is shorter; how often it is asked whether it began.
 STARTING_LIMIT_S: Final = 120.0
 BEGAN_POLL_S: Final = 1.0
+EARLY_WORD_PAUSE_S: Final = 0.05
 SECTION_LIMIT: Final = 1_000_000
 
 
@@ -56,6 +57,8 @@ class ChildExit:
     folder: Path
     status: int | None = None  # os.waitpid's; None when it was lost
     timed_out: bool = False
+    began: bool = True  # its test had begun when it timed out (else it was still starting)
+    limit: float = 0.0  # the time it was given: its timeout, or its starting limit
     stacks: str = ""
     duration: float = 0.0
     ending: bool = False  # it said it was done and may still be ending
@@ -87,9 +90,13 @@ class TestProcess:
             deadline: float | None = start + timeout
             while deadline is not None:
                 ended = through_dying(self, deadline)
+                if ended is None and time.monotonic() < deadline:
+                    time.sleep(EARLY_WORD_PAUSE_S)  # its teller's pipe ended before it did
                 deadline = None if ended is not None else self._deadline(start, timeout)
             if ended is None and self.teller.alive():
                 outcome.timed_out = True
+                outcome.began = began_at(self.folder / RESULTS_NAME) is not None
+                outcome.limit = timeout if outcome.began else starting_limit(timeout)
                 outcome.stacks = _stop(self.pid, self.folder)
                 ended = self.end_by(time.monotonic() + REAP_TIMEOUT_S)
         except BaseException:
@@ -113,8 +120,13 @@ class TestProcess:
         if began is not None:
             deadline = began + timeout
         else:
-            deadline = min(now + BEGAN_POLL_S, start + max(timeout, STARTING_LIMIT_S))
+            deadline = min(now + BEGAN_POLL_S, start + starting_limit(timeout))
         return deadline if deadline > now and self.teller.alive() else None
+
+
+def starting_limit(timeout: float) -> float:
+    """How long a test process may take before its test begins."""
+    return max(timeout, STARTING_LIMIT_S)
 
 
 def _stop(pid: int, folder: Path) -> str:

@@ -124,7 +124,8 @@ class TestRequest(TypedDict):
     results: str | None  # where reports go; None for a spare, until it gets its test
     basetemp: str
     init_cuda: bool  # set by the zygote in a spare's request: initialise CUDA before the test
-    timeout: float  # the test's: how long its process may live, its session's end included
+    # The test's: how long its process may live from the test's start, its session's end included.
+    timeout: float
 
 
 class ChildRequest(SessionHello, TestRequest):
@@ -258,12 +259,17 @@ def read_frames(path: str | Path) -> list[Frame]:
 
 def began_at(results: Path) -> float | None:
     """When the test of the results file at ``results`` began (its ``began`` frame, which comes
-    before its reports); None where it has not begun, or its file cannot be read."""
+    before its reports: the file is read up to the first); None where it has not begun, or its
+    file cannot be read."""
     try:
         with results.open("rb") as file:
             for line in file:
+                if b'"kind": "report"' in line[:20]:
+                    return None
+                if b'"kind": "began"' not in line[:20]:
+                    continue
                 found = decode(line)
-                if found["kind"] == "began" and isinstance(found.get("at"), (int, float)):
+                if isinstance(found.get("at"), (int, float)):
                     return float(found["at"])
     except OSError:
         pass

@@ -42,6 +42,7 @@ from .wire import (
     ModuleImports,
     ModuleLists,
     SessionHello,
+    began_at,
     child_sys_path,
     hello_of,
     load_learn,
@@ -167,7 +168,7 @@ class _Server:
             run_test = functools.partial(self.run_child, request_path, self.hello)
             process = fork_with_output(self.replies, folder, run_test)
         pid = process.pid
-        deadline = time.monotonic() + (request["timeout"] if request is not None else 0.0)
+        started = time.monotonic()
         send(self.replies, "started", pid=pid)
         self._reap_exiting()
         if request is not None:
@@ -182,6 +183,7 @@ class _Server:
             kill_child(pid)
             os.waitpid(pid, 0)
             self.exit(wait=False)
+        deadline = _ending_deadline(request, started)
         self._finished(pid, Path(request_path).parent, *ended, deadline=deadline)
 
     def _request(self, request_path: str) -> ChildRequest | None:
@@ -344,3 +346,13 @@ def _leave_no_files() -> None:
     folder = Path.cwd()
     if folder.name.startswith(SESSION_FOLDER_PREFIX):
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _ending_deadline(request: ChildRequest | None, started: float) -> float:
+    """Until when a test process that said it was done may end its session: its test's
+    timeout, counted from its test's start (its ``began`` frame), or from the process's start
+    where it said none."""
+    if request is None:
+        return started
+    began = began_at(Path(request["results"])) if request["results"] is not None else None
+    return max(started, began if began is not None else started) + request["timeout"]

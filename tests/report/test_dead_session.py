@@ -100,6 +100,7 @@ def test_a_session_that_ends_leaves_no_journal_and_its_report_reads_back_alike(
     assert [p.name for p in temporary.iterdir()] == []  # term alone: none in the temporary folder
 
 
+@pytest.mark.processes  # it reads back through python -m pytest_cudagraph_guard report
 @pytest.mark.parametrize(
     ("content", "why"),
     [(None, "No such file"), ("[1, 2]", "not a --cudagraph-report json file")],
