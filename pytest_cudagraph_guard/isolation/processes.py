@@ -58,7 +58,7 @@ class ChildExit:
     status: int | None = None  # os.waitpid's; None when it was lost
     timed_out: bool = False
     began: bool = True  # its test had begun when it timed out (else it was still starting)
-    limit: float = 0.0  # the time it was given: its timeout, or its starting limit
+    limit: float = 0.0  # the time it was given: its timeout, or, never begun, its starting limit
     stacks: str = ""
     duration: float = 0.0
     ending: bool = False  # it said it was done and may still be ending
@@ -83,7 +83,7 @@ class TestProcess:
         """Its end within ``timeout`` of its test's start, through its dying; past it, while its
         teller is there to say its end, its stacks are asked for, its group is killed, and its
         end is waited for once more."""
-        outcome = ChildExit(self.pid, self.folder)
+        outcome = ChildExit(self.pid, self.folder, limit=timeout)
         ended: Ended | None = None
         start = time.monotonic()
         try:
@@ -96,7 +96,8 @@ class TestProcess:
             if ended is None and self.teller.alive():
                 outcome.timed_out = True
                 outcome.began = began_at(self.folder / RESULTS_NAME) is not None
-                outcome.limit = timeout if outcome.began else starting_limit(timeout)
+                if not outcome.began:
+                    outcome.limit = starting_limit(timeout)
                 outcome.stacks = _stop(self.pid, self.folder)
                 ended = self.end_by(time.monotonic() + REAP_TIMEOUT_S)
         except BaseException:

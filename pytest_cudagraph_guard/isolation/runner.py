@@ -204,7 +204,7 @@ class TestRunner:
             stdout=ended.stream(STDOUT_NAME),
             collect_errors=messages.collect_errors,
             timed_out=ended.timed_out,
-            timeout=ended.limit if ended.timed_out else request["timeout"],
+            timeout=ended.limit,
             began=ended.began,
             stacks_at_stop=ended.stacks,
             lost="test process was lost (its zygote died)",

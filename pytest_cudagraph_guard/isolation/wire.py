@@ -263,13 +263,10 @@ def began_at(results: Path) -> float | None:
     file cannot be read."""
     try:
         with results.open("rb") as file:
-            for line in file:
-                if b'"kind": "report"' in line[:20]:
+            for found in map(decode, file):
+                if found["kind"] == "report":
                     return None
-                if b'"kind": "began"' not in line[:20]:
-                    continue
-                found = decode(line)
-                if isinstance(found.get("at"), (int, float)):
+                if found["kind"] == "began" and isinstance(found.get("at"), (int, float)):
                     return float(found["at"])
     except OSError:
         pass
