@@ -15,7 +15,7 @@ from typing import Final, NamedTuple, Protocol
 
 from ..crash.exit_state import through_dying
 from .forking import kill_group
-from .wire import RESULTS_NAME, STDERR_NAME, began_at
+from .wire import RESULTS_NAME, STDERR_NAME, began_at, time_ends
 
 STACKS_GRACE_S: Final = 2.0
 REAP_TIMEOUT_S: Final = 30.0
@@ -117,10 +117,8 @@ class TestProcess:
         :data:`STARTING_LIMIT_S` (or the timeout, where longer), asked again each
         :data:`BEGAN_POLL_S`. None: it is past its time."""
         now = time.monotonic()
-        began = began_at(self.folder / RESULTS_NAME)
-        if began is not None:
-            deadline = began + timeout
-        else:
+        deadline = time_ends(self.folder / RESULTS_NAME, timeout)
+        if deadline is None:
             deadline = min(now + BEGAN_POLL_S, start + starting_limit(timeout))
         return deadline if deadline > now and self.teller.alive() else None
 

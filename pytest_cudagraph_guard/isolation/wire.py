@@ -273,6 +273,13 @@ def began_at(results: Path) -> float | None:
     return None
 
 
+def time_ends(results: Path, timeout: float) -> float | None:
+    """When a test's ``timeout`` runs out: it counts from the test's start (the ``began`` frame
+    of its results file at ``results``), never from its process's; None where it has not begun."""
+    began = began_at(results)
+    return None if began is None else began + timeout
+
+
 def _fields(found: object) -> Frame:
     """A frame's fields, less its kind."""
     return {key: value for key, value in cast(Frame, found).items() if key != "kind"}

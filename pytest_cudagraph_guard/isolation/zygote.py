@@ -42,13 +42,13 @@ from .wire import (
     ModuleImports,
     ModuleLists,
     SessionHello,
-    began_at,
     child_sys_path,
     hello_of,
     load_learn,
     load_request,
     run_of,
     send,
+    time_ends,
     walk_of,
 )
 
@@ -354,5 +354,6 @@ def _ending_deadline(request: ChildRequest | None, started: float) -> float:
     where it said none."""
     if request is None:
         return started
-    began = began_at(Path(request["results"])) if request["results"] is not None else None
-    return max(started, began if began is not None else started) + request["timeout"]
+    from_start = started + request["timeout"]
+    ends = time_ends(Path(request["results"]), request["timeout"]) if request["results"] else None
+    return from_start if ends is None else max(from_start, ends)

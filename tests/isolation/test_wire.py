@@ -224,6 +224,8 @@ def test_a_tests_start_is_read_from_its_results_and_is_none_before_it_began(
     assert wire.began_at(results) is None  # no file yet
     results.write_bytes(wire.frame("warning", warning={}))
     assert wire.began_at(results) is None
+    assert wire.time_ends(results, 3.0) is None  # a timeout never counts from before it began
     with results.open("ab") as file:
         file.write(wire.frame("began", at=12.5) + wire.frame("report", report={}))
     assert wire.began_at(results) == 12.5
+    assert wire.time_ends(results, 3.0) == 15.5
