@@ -64,10 +64,15 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     return pytester
 
 
-# The test pyramid's two tiers: ``-m "not processes"`` runs the fast one, tests of functions and
+# The test pyramid's tiers: ``-m "not processes"`` runs the fast one, tests of functions and
 # objects in this process; the rest start what only processes show: pytest sessions (pytester's,
-# which start zygotes, test processes and xdist workers), forks and fresh interpreters.
+# which start zygotes, test processes and xdist workers), forks and fresh interpreters. Of those,
+# the ``wide`` ones show behaviours again beside other plugins, settings and xdist, or at scale:
+# the README's test command (``-m "not wide"``) leaves them out, every line of the package they
+# run is run by a test it keeps, and CI runs them too (``-m wide``).
 PROCESSES_MARKER = "processes"
+WIDE_MARKER = "wide"
+WIDE = getattr(pytest.mark, WIDE_MARKER)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,6 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{PROCESSES_MARKER}: the test starts pytest sessions or processes (given to every test "
         "that uses pytester; run the other tier alone with -m 'not processes')",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{WIDE_MARKER}: a behaviour shown again beside other plugins, settings or xdist, or at "
+        "scale (the README's test command leaves it out: -m 'not wide'; CI runs -m wide too)",
     )
 
 

@@ -309,7 +309,15 @@ def fault_sessions() -> list[list[str]]:
     return sessions
 
 
-@pytest.mark.parametrize("rows", fault_sessions(), ids="+".join)
+# The first session (the rows that share one) runs in the README's tests; each other session
+# shows the same again for its own parts (wide: see tests/conftest.py).
+@pytest.mark.parametrize(
+    "rows",
+    [
+        pytest.param(rows, id="+".join(rows), marks=() if index == 0 else pytest.mark.wide)
+        for index, rows in enumerate(fault_sessions())
+    ],
+)
 def test_a_missing_torch_internal_turns_off_only_its_part(
     ourtester: pytest.Pytester, forked_sessions: ForkedSessions, rows: list[str]
 ) -> None:
@@ -351,6 +359,7 @@ def test_every_fault_names_a_row() -> None:
     assert set(FAULTS) == set(PATCHES)
 
 
+@pytest.mark.wide
 def test_a_bug_of_ours_in_an_observer_never_reaches_the_users_compile(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -109,6 +109,7 @@ def test_a_session_that_asks_nothing_of_the_plugin_loads_no_feature(
     result.stdout.fnmatch_lines(["FEATURES-LOADED: none"])
 
 
+@pytest.mark.wide
 def test_a_marked_test_loads_its_feature(ourtester: pytest.Pytester) -> None:
     """The other side of the test above: its conftest sees a feature that loads."""
     ourtester.makeconftest(
@@ -133,6 +134,7 @@ def test_a_marked_test_loads_its_feature(ourtester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["THREADS-LOADED: True"])
 
 
+@pytest.mark.wide
 def test_the_plugins_modules_load_through_pythons_importer(ourtester: pytest.Pytester) -> None:
     """pytest rewrites the asserts of every installed plugin's modules through its own importer;
     the plugin's have none for it (the package's ``__init__``, loaded first, takes them off),
@@ -171,6 +173,7 @@ def test_a_second_session_that_names_the_plugin_warns_of_no_rewriting(
     assert "cannot be rewritten" not in result.stdout.str()
 
 
+@pytest.mark.wide
 def test_an_xdist_worker_of_a_reporting_session_loads_the_wire_not_the_writer(
     ourtester: pytest.Pytester,
 ) -> None:

@@ -88,6 +88,7 @@ def test_nothing_given_is_the_defaults(pytester: pytest.Pytester) -> None:
     assert origins == {**dict.fromkeys(DEFAULTS, "default"), "report": "--cudagraph-report"}
 
 
+@pytest.mark.wide
 def test_each_option_from_the_command_line(pytester: pytest.Pytester) -> None:
     options = _options(pytester, *COMMAND_LINE, ini=INI_ONLY)
     origins = options.pop("origins")
@@ -100,6 +101,7 @@ def test_each_option_from_the_command_line(pytester: pytest.Pytester) -> None:
     }
 
 
+@pytest.mark.wide
 def test_each_ini_key_and_the_command_line_wins(pytester: pytest.Pytester) -> None:
     options = _options(pytester, "--cudagraph-threads=3", ini=INI)
     origins = options.pop("origins")

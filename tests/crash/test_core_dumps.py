@@ -191,6 +191,7 @@ def _crashed_with_a_core(ourtester: pytest.Pytester, source: str) -> str:
 
 
 @dumps_cores
+@pytest.mark.wide
 def test_a_core_dump_that_outlasts_the_timeout_is_the_crash(ourtester: pytest.Pytester) -> None:
     assert "timed out" not in _crashed_with_a_core(ourtester, ABORTS_AT_ITS_TIMEOUT)
 
@@ -200,6 +201,7 @@ def test_the_failure_says_the_core_was_dumped(ourtester: pytest.Pytester) -> Non
     assert "Fatal Python error: Aborted" in _crashed_with_a_core(ourtester, ABORTS_WITH_A_CORE)
 
 
+@pytest.mark.wide
 def test_a_crash_without_a_core_says_nothing_of_one(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(ABORTS_WITH_A_CORE.replace("resource.RLIM_INFINITY", "0"))
     result = ourtester.runpytest()

@@ -38,6 +38,7 @@ def test_drafter_dies():
 """
 
 
+@pytest.mark.wide
 def test_a_crash_names_its_thread_and_what_torch_was_doing_there(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -85,6 +86,7 @@ def test_a_crash_inside_a_compile_says_it_was_compiling(ourtester: pytest.Pytest
     )
 
 
+@pytest.mark.wide
 def test_a_process_that_wrote_nothing_shows_no_stdout(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(
         """

@@ -9,6 +9,8 @@ import pytest
 
 from ..helpers import before_the_summary, records_by_name
 
+pytestmark = pytest.mark.wide  # every test here: see tests/conftest.py
+
 # Two crashes: a plain native fault, and one right after a compile (the journal's last line).
 SUITE = """
 import ctypes

@@ -51,6 +51,7 @@ def _ran(tester: pytest.Pytester) -> list[tuple[str, str, str]]:
         (3, 2, {"gw0": "0", "gw1": "1", "gw2": "0"}),
     ],
 )
+@pytest.mark.wide
 def test_xdist_workers_spread_over_the_gpus(
     fake_gpus: FakeGpus, workers: int, gpus: int, shares: dict[str, str]
 ) -> None:
@@ -82,6 +83,7 @@ def test_in_process(n):
 )
 
 
+@pytest.mark.wide
 def test_test_processes_and_their_spares_are_on_their_workers_gpus(fake_gpus: FakeGpus) -> None:
     tester = fake_gpus(H100, H100)
     tester.makepyfile(IN_PROCESSES)
@@ -111,6 +113,7 @@ def test_after(n):
 )
 
 
+@pytest.mark.wide
 def test_a_replaced_worker_is_on_its_predecessors_gpu(fake_gpus: FakeGpus) -> None:
     # Three GPUs for two workers (gw0 on 0,1; gw1 on 2): the replacement's id, gw2, names no
     # share of its own, whichever worker it replaces.
@@ -150,6 +153,7 @@ def test_three():
 )
 
 
+@pytest.mark.wide
 def test_gpus_reserves_devices_for_the_test_process_or_skips_it(fake_gpus: FakeGpus) -> None:
     tester = fake_gpus(H100, "NVIDIA A100")
     tester.makepyfile(GPUS_MARKED)
@@ -168,6 +172,7 @@ def test_gpus_reserves_devices_for_the_test_process_or_skips_it(fake_gpus: FakeG
     assert nvml_asked(tester) == 1  # once, for the session, at the first test that needed it
 
 
+@pytest.mark.wide
 def test_a_workers_reservation_starts_with_its_own_gpu(fake_gpus: FakeGpus) -> None:
     tester = fake_gpus(H100, H100)
     tester.makepyfile(
@@ -185,6 +190,7 @@ def test_two(n):
     assert all(devices == {"gw0": "0,1", "gw1": "1,0"}[worker] for _, worker, devices in ran)
 
 
+@pytest.mark.wide
 def test_a_host_with_fewer_gpus_skips_a_test_that_needs_more(fake_gpus: FakeGpus) -> None:
     tester = fake_gpus(H100)
     tester.makepyfile(GPUS_MARKED)
@@ -196,6 +202,7 @@ def test_a_host_with_fewer_gpus_skips_a_test_that_needs_more(fake_gpus: FakeGpus
 
 @pytest.mark.parametrize("gpus", [(H100,), ()], ids=["one-gpu", "no-gpu"])
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["session", "xdist"])
+@pytest.mark.wide
 def test_nothing_changes_on_a_host_of_one_gpu_or_none(
     fake_gpus: FakeGpus, gpus: tuple[str, ...], xdist: list[str]
 ) -> None:
@@ -219,6 +226,7 @@ def test_in_process():
 
 
 @pytest.mark.parametrize("listed", [1, 2])
+@pytest.mark.wide
 def test_xdist_asks_nvml_nothing_where_the_driver_lists_one_gpu(
     fake_gpus: FakeGpus, listed: int
 ) -> None:
@@ -233,6 +241,7 @@ def test_xdist_asks_nvml_nothing_where_the_driver_lists_one_gpu(
     assert (nvml_askers(tester), spread) == expected
 
 
+@pytest.mark.wide
 def test_a_worker_counts_the_gpus_itself_where_the_controller_did_not(
     fake_gpus: FakeGpus,
 ) -> None:
@@ -247,6 +256,7 @@ def test_a_worker_counts_the_gpus_itself_where_the_controller_did_not(
     assert nvml_askers(tester) == sorted(marked_on)
 
 
+@pytest.mark.wide
 def test_explicit_devices_are_the_sessions_and_its_test_processes(fake_gpus: FakeGpus) -> None:
     tester = fake_gpus(H100, H100, H100)
     tester.makepyfile(
@@ -306,6 +316,7 @@ def test_a_dist_mode_without_workers_is_a_session_of_its_own(fake_gpus: FakeGpus
     assert nvml_asked(tester) == 0
 
 
+@pytest.mark.wide
 def test_the_header_shares_the_devices_among_the_workers_xdist_starts(fake_gpus: FakeGpus) -> None:
     tester = fake_gpus(*[H100] * 4)
     tester.makepyfile(IN_WORKERS)
@@ -332,7 +343,10 @@ def test_its_own():
     assert records_by_name(tester.path / "r.json")["test_its_own"]["devices"] == []
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["session", "xdist"])
+@pytest.mark.parametrize(
+    "xdist",
+    [pytest.param([], id="session", marks=pytest.mark.wide), pytest.param(["-n", "2"], id="xdist")],
+)
 def test_gpus_that_cannot_be_counted_change_nothing_and_say_so(
     fake_gpus: FakeGpus, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
 ) -> None:

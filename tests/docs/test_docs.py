@@ -117,7 +117,12 @@ def test_the_readme_is_a_short_guide_that_starts_with_the_two_commands() -> None
     commands = [lines[i + 1] for i, line in enumerate(lines) if line == "```sh"][:2]
     assert [c.split(" && ")[0] for c in commands] == ["python3 -m venv .venv"] * 2
     assert "-m pytest --cudagraph-report" in commands[0]
-    assert commands[1].endswith(".venv/bin/python -m pytest -n auto")
+    assert commands[1].endswith('.venv/bin/python -m pytest -n auto -m "not wide"')
+
+
+def test_ci_runs_the_tests_the_readmes_command_leaves_out() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "-m pytest -n auto -m wide\n" in ci
 
 
 @pytest.mark.parametrize("doc", DOCS)

@@ -86,6 +86,7 @@ def test_passes(drafters, record_property):
 
 
 @pytest.mark.parametrize("capture", ["-s", "--capture=tee-sys"])
+@pytest.mark.wide
 def test_a_test_process_writes_live(eco: pytest.Pytester, capture: str) -> None:
     eco.makepyfile(PRINTS)
     result = eco.runpytest_subprocess(capture)
@@ -96,6 +97,7 @@ def test_a_test_process_writes_live(eco: pytest.Pytester, capture: str) -> None:
     assert "err-of-the-process" in result.stderr.str()
 
 
+@pytest.mark.wide
 def test_with_capture_on_the_sections_are_the_in_process_ones(eco: pytest.Pytester) -> None:
     eco.makepyfile(PRINTS)
     result = eco.runpytest()

@@ -211,6 +211,7 @@ FEATURES = {
 
 
 @pytest.mark.parametrize("session", sorted(SESSIONS))
+@pytest.mark.wide
 def test_suites_beside_plugins(
     eco: pytest.Pytester, no_process_left: Callable[[], None], session: str
 ) -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from .conftest import RECORD_PIDS, counts, no_internal_error
 
+pytestmark = pytest.mark.wide  # every test here: see tests/conftest.py
+
 SUITE = (
     RECORD_PIDS
     + """

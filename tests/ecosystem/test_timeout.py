@@ -66,7 +66,7 @@ def test_after():
 )
 
 
-@pytest.mark.parametrize("method", ["signal", "thread"])
+@pytest.mark.parametrize("method", [pytest.param("signal", marks=pytest.mark.wide), "thread"])
 def test_a_timed_out_test_fails_and_the_session_goes_on(
     eco: pytest.Pytester, no_process_left: Callable[[], None], method: str
 ) -> None:
@@ -91,6 +91,7 @@ def test_a_timed_out_test_fails_and_the_session_goes_on(
     ("how", "option"),
     [("ini", "--cudagraph-subprocess"), ("env", "--cudagraph-threads=1")],
 )
+@pytest.mark.wide
 def test_the_suite_options_under_a_timeout_from_the_ini_or_the_environment(
     eco: pytest.Pytester,
     monkeypatch: pytest.MonkeyPatch,
@@ -111,6 +112,7 @@ def test_the_suite_options_under_a_timeout_from_the_ini_or_the_environment(
     no_process_left()
 
 
+@pytest.mark.wide
 def test_under_xdist(eco: pytest.Pytester, no_process_left: Callable[[], None]) -> None:
     eco.makeconftest(CONFTEST)
     eco.makepyfile(UNMARKED)
@@ -120,6 +122,7 @@ def test_under_xdist(eco: pytest.Pytester, no_process_left: Callable[[], None]) 
     no_process_left()
 
 
+@pytest.mark.wide
 def test_the_marker_timeout_wins_where_it_is_shorter(eco: pytest.Pytester) -> None:
     eco.makepyfile(
         """

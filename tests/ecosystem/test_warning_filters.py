@@ -8,6 +8,8 @@ import pytest
 from ..fault_guard.faults import make_faults
 from .conftest import STRICT_INI, counts, no_internal_error
 
+pytestmark = pytest.mark.wide  # every test here: see tests/conftest.py
+
 READS_CONFIG = """
 import torch._inductor.config as config
 

@@ -305,11 +305,31 @@ def _suite_args(hook: Hook) -> tuple[str, ...]:
     return ("--cudagraph-threads=1",) if hook.owner.startswith("suite.") else ()
 
 
-@pytest.mark.parametrize(
-    "faults",
-    fault_sessions(),
-    ids=lambda faults: "+".join(fault.spec for fault in faults),
+# The faults whose handling runs code of the plugin that no other test runs: their sessions run
+# in the README's tests, the others are wide (see tests/conftest.py).
+HANDLED_ONLY_HERE = frozenset(
+    {
+        "notices.NoticesPlugin.pytest_runtest_teardown",
+        "notices.NoticesPlugin.pytest_runtest_teardown:after",
+        "plugin.Features.pytest_configure",
+        "plugin.Features.pytest_runtest_setup",
+        "suite.SuitePlugin.pytest_collection_modifyitems",
+        "suite.CudagraphsOn.pytest_report_collectionfinish",
+        "threads.plugin.ThreadedCases.pytest_runtest_call",
+        "guard.plugin.LeakGuard.pytest_runtest_teardown",
+        "guard.plugin.LeakGuard.pytest_runtest_teardown:after",
+        "report.wire.RecordWire.pytest_report_from_serializable",
+    }
 )
+
+
+def _fault_session(faults: tuple[Fault, ...]) -> Any:
+    everyday = any(fault.spec in HANDLED_ONLY_HERE for fault in faults)
+    marks = () if everyday else pytest.mark.wide
+    return pytest.param(faults, id="+".join(fault.spec for fault in faults), marks=marks)
+
+
+@pytest.mark.parametrize("faults", [_fault_session(faults) for faults in fault_sessions()])
 @pytest.mark.usefixtures("inductor_config")  # where the inner leak guard is off, ours restores
 def test_a_failure_of_our_code_never_changes_an_outcome(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, faults: tuple[Fault, ...]
@@ -396,6 +416,7 @@ def test_the_fault_sessions_make_each_fault_once_and_share_no_part() -> None:
         assert len({_knocks_out(fault) for fault in faults}) == 1
 
 
+@pytest.mark.wide
 def test_without_a_fault_every_test_passes_where_it_asked_to_run(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -428,9 +449,7 @@ def xdist_fault_sessions() -> list[tuple[Fault, ...]]:
     return _by_part(_faults(under_xdist=True))
 
 
-@pytest.mark.parametrize(
-    "faults", xdist_fault_sessions(), ids=lambda faults: "+".join(f.spec for f in faults)
-)
+@pytest.mark.parametrize("faults", [_fault_session(faults) for faults in xdist_fault_sessions()])
 def test_a_failure_of_our_code_in_an_xdist_hook_never_changes_an_outcome(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, faults: tuple[Fault, ...]
 ) -> None:

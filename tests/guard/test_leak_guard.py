@@ -242,6 +242,7 @@ def test_shared_fixtures_may_change_config_for_their_scope(ourtester: pytest.Pyt
     )
 
 
+@pytest.mark.wide
 def test_torch_imported_during_a_test_is_compared_with_its_defaults(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -267,6 +268,7 @@ def test_torch_imported_during_a_test_is_compared_with_its_defaults(
     result.stdout.fnmatch_lines(["*test_imports_and_sets leaked 1 *", "*cudagraphs: False -> True"])
 
 
+@pytest.mark.wide
 def test_same_warnings_under_xdist(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(
         test_one=LEAKY_SUITE,

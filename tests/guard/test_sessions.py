@@ -51,6 +51,7 @@ def _records(pytester: pytest.Pytester, result: pytest.RunResult) -> list[dict[s
     return records
 
 
+@pytest.mark.wide
 def test_two_sessions_in_one_process_record_what_two_processes_do(
     ourtester: pytest.Pytester,
 ) -> None:

@@ -60,6 +60,7 @@ def test_after():
 """
 
 
+@pytest.mark.wide
 def test_a_test_process_builds_only_the_tests_on_its_path(
     ourtester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

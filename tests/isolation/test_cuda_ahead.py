@@ -54,6 +54,7 @@ def _run(fake_cuda: FakeCuda, ini: str) -> tuple[dict[int, str], list[tuple[int,
     return inits, ran
 
 
+@pytest.mark.wide
 def test_spares_set_up_cuda_once_the_tests_use_it_and_unused_ones_end_with_the_session(
     fake_cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,6 +70,7 @@ def test_spares_set_up_cuda_once_the_tests_use_it_and_unused_ones_end_with_the_s
     assert unused  # a spare that set up CUDA and got no test: gone with the session (above)
 
 
+@pytest.mark.wide
 def test_cuda_ahead_off_leaves_cuda_to_the_tests(fake_cuda: FakeCuda) -> None:
     inits, ran = _run(fake_cuda, "cudagraph_spares = 2\ncudagraph_cuda_ahead = false")
     assert list(inits) == [ran[0][0]]  # the test that used it, alone
@@ -84,7 +86,14 @@ def pytest_configure(config):
 """
 
 
-@pytest.mark.parametrize(("setting", "ahead"), [("3", 3), ("0", 0), ("auto", 1)])
+@pytest.mark.parametrize(
+    ("setting", "ahead"),
+    [
+        pytest.param("3", 3, marks=pytest.mark.wide),
+        pytest.param("0", 0, marks=pytest.mark.wide),
+        ("auto", 1),
+    ],
+)
 def test_the_number_of_spares_is_the_settings(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, setting: str, ahead: int
 ) -> None:

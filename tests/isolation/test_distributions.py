@@ -24,6 +24,7 @@ def _described(found: object) -> list[tuple[str, str, list[tuple[str, str, str]]
     return sorted(described)
 
 
+@pytest.mark.wide
 def test_a_test_process_starts_its_session_on_the_zygotes_reading(
     ourtester: pytest.Pytester,
 ) -> None:

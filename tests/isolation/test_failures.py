@@ -60,6 +60,7 @@ def crashes(ourtester: pytest.Pytester) -> pytest.Pytester:
     return ourtester
 
 
+@pytest.mark.wide
 def test_crashes_and_a_timeout_read_in_one_screen_each_with_its_stack_once(
     crashes: pytest.Pytester,
 ) -> None:
@@ -92,6 +93,7 @@ def test_crashes_and_a_timeout_read_in_one_screen_each_with_its_stack_once(
     assert "(empty)" not in text
 
 
+@pytest.mark.wide
 def test_full_trace_shows_every_frame(crashes: pytest.Pytester) -> None:
     result = crashes.runpytest("-k", "test_aborts", "--full-trace")
     result.assert_outcomes(failed=1)
@@ -101,6 +103,7 @@ def test_full_trace_shows_every_frame(crashes: pytest.Pytester) -> None:
     assert "hidden" not in text
 
 
+@pytest.mark.wide
 def test_what_else_the_process_wrote_stays_in_its_captured_stderr(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -181,6 +184,7 @@ def test_a_crash_or_timeout_of_an_xfail_test_is_xfailed_as_under_pytest_forked(
     assert outcomes["test_crash_is_no_value_error"] == "failed"
 
 
+@pytest.mark.wide
 def test_runxfail_makes_a_crash_a_failure(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(XFAILS)
     result = ourtester.runpytest("--runxfail", "-k", "test_crash_expected")

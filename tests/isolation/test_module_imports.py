@@ -73,7 +73,13 @@ def library(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     return site
 
 
-@pytest.mark.parametrize("args", [[], ["--doctest-modules"]], ids=["plain", "doctest-modules"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param([], id="plain", marks=pytest.mark.wide),
+        pytest.param(["--doctest-modules"], id="doctest-modules"),
+    ],
+)
 def test_a_test_module_s_installed_imports_are_loaded_once_before_its_first_test_process(
     fake_cuda: FakeCuda, library: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
 ) -> None:
@@ -132,6 +138,7 @@ def test_one():
 """
 
 
+@pytest.mark.wide
 def test_a_zygote_loads_a_module_s_imports_as_the_last_session_saw_them_while_it_is_collected(
     ourtester: pytest.Pytester,
     tmp_path_factory: pytest.TempPathFactory,

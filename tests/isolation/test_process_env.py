@@ -54,6 +54,7 @@ def env_tester(fake_cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> pytest.P
     return tester
 
 
+@pytest.mark.wide
 def test_every_test_process_has_the_variables_before_it_initialises_cuda(
     env_tester: pytest.Pytester,
 ) -> None:

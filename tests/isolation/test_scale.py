@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.wide  # every test here: see tests/conftest.py
+
 # Each test process records, as its conftest is imported (the start of its session), whether
 # hypothesis was loaded then. Each test waits until the process of the test before it has
 # ended (a zombie until the zygote reaps it), so that the zygote, which reaps it on the next

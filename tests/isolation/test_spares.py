@@ -88,6 +88,7 @@ def _passes_leaving_no_process(tester: pytest.Pytester, tests: int) -> list[int]
     return processes
 
 
+@pytest.mark.wide
 def test_the_next_test_process_is_set_up_while_a_test_runs(
     spares_tester: pytest.Pytester,
 ) -> None:
@@ -113,6 +114,7 @@ def test_3():
     assert len(processes) == 4
 
 
+@pytest.mark.wide
 def test_a_test_whose_marker_differs_gets_a_process_set_up_for_it(
     spares_tester: pytest.Pytester,
 ) -> None:
@@ -171,6 +173,7 @@ def test_3():
     _passes_leaving_no_process(spares_tester, tests=3)
 
 
+@pytest.mark.wide
 def test_what_a_process_wrote_while_set_up_ahead_is_its_tests_output(
     spares_tester: pytest.Pytester,
 ) -> None:
@@ -197,6 +200,7 @@ def test_2():
     )
 
 
+@pytest.mark.wide
 def test_a_process_set_up_ahead_that_hangs_is_stopped_with_its_stacks(
     spares_tester: pytest.Pytester,
 ) -> None:
@@ -222,6 +226,7 @@ def test_2():
     )
 
 
+@pytest.mark.wide
 def test_a_spare_guards_from_the_state_its_test_module_left(
     spares_tester: pytest.Pytester,
 ) -> None:
@@ -346,6 +351,7 @@ def test_3(tmp_path):
 """
 
 
+@pytest.mark.wide
 def test_the_next_test_starts_while_a_test_process_ends_its_session(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -131,6 +131,7 @@ def test_3():
     [("16", {}), (None, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})],
     ids=["16-workers", "serial-one-queue"],
 )
+@pytest.mark.wide
 def test_a_session_keeps_the_spares_its_workers_share(
     fake_cuda: FakeCuda,
     monkeypatch: pytest.MonkeyPatch,

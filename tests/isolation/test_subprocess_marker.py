@@ -13,6 +13,7 @@ import pytest
 from ..helpers import all_gone, read_report, session_in_background, wait_for
 
 
+@pytest.mark.wide
 def test_the_whole_test_runs_in_a_fresh_process_set_up_as_the_parent(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -80,6 +81,7 @@ def test_the_whole_test_runs_in_a_fresh_process_set_up_as_the_parent(
     )
 
 
+@pytest.mark.wide
 def test_reports_are_the_childs_outcomes_output_and_properties(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(
         """
@@ -166,6 +168,7 @@ def test_after():
 """
 
 
+@pytest.mark.wide
 def test_a_dead_process_fails_its_test_and_the_session_goes_on(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(CRASHES)
     result = ourtester.runpytest()
@@ -194,6 +197,7 @@ def test_uncaptured_output_of_a_dead_process_is_shown(
     assert "Captured stdout (test process" not in result.stdout.str()
 
 
+@pytest.mark.wide
 def test_a_hung_process_is_killed_with_its_group_and_its_stacks_shown(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,6 +237,7 @@ def test_a_hung_process_is_killed_with_its_group_and_its_stacks_shown(
     assert all_gone([int(pid) for pid in pids.read_text().split()])
 
 
+@pytest.mark.wide
 def test_a_markers_timeout_counts_from_the_tests_start_not_its_process_s(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -252,6 +257,7 @@ def test_a_markers_timeout_counts_from_the_tests_start_not_its_process_s(
     ourtester.runpytest().assert_outcomes(passed=1)
 
 
+@pytest.mark.wide
 def test_exceptions_that_cannot_be_pickled_and_huge_output_arrive(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -288,6 +294,7 @@ def test_exceptions_that_cannot_be_pickled_and_huge_output_arrive(
     assert max(len(line) for line in result.outlines) >= 10_000_000
 
 
+@pytest.mark.wide
 def test_the_report_shows_the_process_and_a_dead_one_and_the_guard_works_there(
     ourtester: pytest.Pytester,
 ) -> None:

@@ -5,6 +5,8 @@ runs them through the same code path. Real sessions and processes."""
 
 from __future__ import annotations
 
+import pytest
+
 from ..conftest import QUIET_INI
 from ..helpers import all_gone
 from .conftest import FakeCuda, logged
@@ -60,6 +62,7 @@ def test_a_spare_warms_up_in_order_while_it_waits_and_a_failing_step_ends_it(
     assert started == ["one", "two", "boom"]
 
 
+@pytest.mark.wide
 def test_the_tests_arrival_stops_the_warm_up_after_the_step_it_is_in(
     fake_cuda: FakeCuda,
 ) -> None:

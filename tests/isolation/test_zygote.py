@@ -27,6 +27,7 @@ def _site_whose_zygote_cannot_fork(ourtester: pytest.Pytester) -> Path:
     return site
 
 
+@pytest.mark.wide
 def test_a_thread_pool_that_stops_before_fork_does_not_cost_the_zygote(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -57,6 +58,7 @@ def test_forked():
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.wide
 def test_a_test_process_imports_what_its_test_needs_and_the_zygote_learns_it(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -96,6 +98,7 @@ def test_3_after_it():
     result.assert_outcomes(passed=3)
 
 
+@pytest.mark.wide
 def test_a_spawned_test_process_dies_with_a_killed_session(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,6 +170,7 @@ def imported_by(name):
 """
 
 
+@pytest.mark.wide
 def test_the_zygote_loads_the_plugins_test_processes_load_if_forks_stay_sound(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -200,6 +204,7 @@ def test_3():
     result.assert_outcomes(passed=3)
 
 
+@pytest.mark.wide
 def test_the_zygote_loads_the_sessions_plugins_while_the_first_test_process_runs(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -267,6 +272,7 @@ def check_modules():
 """
 
 
+@pytest.mark.wide
 def test_a_zygotes_test_processes_hold_no_parent_only_module_and_no_second_copy(
     ourtester: pytest.Pytester,
 ) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.wide  # every test here: see tests/conftest.py
+
 SUITE = """
 import pytest
 import torch._inductor.config as config

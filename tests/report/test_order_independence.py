@@ -101,6 +101,7 @@ def kinds(path: Path) -> dict[str, set[str]]:
     reason="torch <= 2.11: a drafter thread compiles with the main thread's settings of the "
     "moment, so which code runs depends on which test compiles first",
 )
+@pytest.mark.wide
 def test_findings_follow_the_compiled_code_in_every_order(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -114,6 +114,7 @@ def test_every_test_that_ran_has_a_record(ourtester: pytest.Pytester) -> None:
     every.stdout.no_fnmatch_line("*with nothing to show")
 
 
+@pytest.mark.wide
 def test_settings_are_those_torch_compiled_with(ourtester: pytest.Pytester) -> None:
     """setUp turns CUDA graphs on, tearDown restores them: the record says what the compile had
     (the value at the end is for JSON only), and the terminal that value alone."""
@@ -563,6 +564,7 @@ def test_the_header_says_what_options_applied(ourtester: pytest.Pytester) -> Non
     }
 
 
+@pytest.mark.wide
 def test_the_header_counts_subprocess_tests(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
     result = ourtester.runpytest_subprocess(
@@ -574,6 +576,7 @@ def test_the_header_counts_subprocess_tests(ourtester: pytest.Pytester) -> None:
     )
 
 
+@pytest.mark.wide
 def test_an_ini_key_that_applied_a_marker_is_named_as_such(ourtester: pytest.Pytester) -> None:
     ourtester.makeini(f"{QUIET_INI}cudagraph_subprocess = yes\n")
     ourtester.makepyfile("def test_one():\n    pass\n")

@@ -174,6 +174,7 @@ def test_records_reach_junit_xml(ourtester: pytest.Pytester) -> None:
     assert properties["test_plain"] == ["cudagraph"]  # every test has its record
 
 
+@pytest.mark.wide
 def test_the_same_records_under_xdist(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(test_suite=SUITE)
     plain = ourtester.runpytest_inprocess(
@@ -304,6 +305,7 @@ def test_compiles_skips_and_config_divergence(ourtester: pytest.Pytester) -> Non
     )
 
 
+@pytest.mark.wide
 def test_settings_option_prints_and_runs_no_test(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -344,6 +346,7 @@ def test_settings_sources_from_the_environment(
     )
 
 
+@pytest.mark.wide
 def test_reporting_imports_nothing_by_itself(ourtester: pytest.Pytester) -> None:
     ourtester.makeconftest(
         """

@@ -69,6 +69,7 @@ def heads(lines: list[str], nodeids: list[str]) -> dict[str, int]:
     return {n: sum(1 for line in lines if line.startswith(f"{n}  ")) for n in nodeids}
 
 
+@pytest.mark.wide
 def test_a_hundred_tests_with_thirty_failures_fit_one_screen(ourtester: pytest.Pytester) -> None:
     ourtester.makepyfile(test_suite=HUNDRED_TESTS)
     result = ourtester.runpytest(

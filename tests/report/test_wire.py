@@ -59,6 +59,7 @@ def test_what_is_no_json_record_is_left_as_it_is(properties: list[Any]) -> None:
     assert data == _serialized(properties)
 
 
+@pytest.mark.wide
 def test_the_same_records_cross_a_real_worker(pytester: pytest.Pytester) -> None:
     """A record read by a plugin on xdist's controller is the record the worker made."""
     pytester.makeini("[pytest]\nfilterwarnings = ignore:Failed to initialize NumPy:UserWarning\n")
@@ -73,6 +74,7 @@ def test_the_same_records_cross_a_real_worker(pytester: pytest.Pytester) -> None
         assert seen["record"] == written[name]
 
 
+@pytest.mark.wide
 def test_no_record_is_lost_where_the_controller_could_not_read_the_wire(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

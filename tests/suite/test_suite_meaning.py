@@ -77,14 +77,17 @@ def test_next_sees_the_defaults():
     assert "TORCHINDUCTOR_FORCE_DISABLE_CACHES" not in os.environ
 """
 
+# The options in test processes show again what tests/isolation shows of test processes: wide
+# (see tests/conftest.py).
 SUITE_OPTIONS = [
-    [],
-    ["--cudagraph-threads=1"],
-    ["--cudagraph-threads=2"],
-    ["--cudagraph-subprocess"],
-    ["--cudagraph-threads=2", "--cudagraph-subprocess"],
+    pytest.param([], id="in-process"),
+    pytest.param(["--cudagraph-threads=1"], id="threads-1"),
+    pytest.param(["--cudagraph-threads=2"], id="threads-2"),
+    pytest.param(["--cudagraph-subprocess"], id="subprocess", marks=pytest.mark.wide),
+    pytest.param(
+        ["--cudagraph-threads=2", "--cudagraph-subprocess"], id="both", marks=pytest.mark.wide
+    ),
 ]
-IDS = ["in-process", "threads-1", "threads-2", "subprocess", "both"]
 
 
 @pytest.fixture
@@ -103,7 +106,7 @@ def _after_the_session(tester: pytest.Pytester) -> str:
     return (tester.path / f"after-{os.getpid()}.log").read_text()
 
 
-@pytest.mark.parametrize("options", SUITE_OPTIONS, ids=IDS)
+@pytest.mark.parametrize("options", SUITE_OPTIONS)
 def test_correct_tests_pass_as_they_pass_without_the_options(
     suite_tester: pytest.Pytester, options: list[str]
 ) -> None:
@@ -114,7 +117,7 @@ def test_correct_tests_pass_as_they_pass_without_the_options(
     assert _after_the_session(suite_tester) == "False True"
 
 
-@pytest.mark.parametrize("options", SUITE_OPTIONS, ids=IDS)
+@pytest.mark.parametrize("options", SUITE_OPTIONS)
 def test_cudagraph_on_turns_them_on_for_every_test_and_puts_them_back(
     suite_tester: pytest.Pytester, options: list[str]
 ) -> None:
@@ -143,7 +146,7 @@ def test_cudagraph_on_from_the_ini_file(suite_tester: pytest.Pytester) -> None:
     assert _after_the_session(suite_tester) == "False True"
 
 
-@pytest.mark.parametrize("options", SUITE_OPTIONS, ids=IDS)
+@pytest.mark.parametrize("options", SUITE_OPTIONS)
 def test_a_leak_is_reported_and_restored_under_each_option(
     suite_tester: pytest.Pytester, options: list[str]
 ) -> None:
@@ -216,6 +219,7 @@ def test_without_torch_the_threads_option_runs_every_torch_free_test(
     assert sorted(threads) == sorted(["cudagraph-thread-0", "cudagraph-thread-1"] * 3)
 
 
+@pytest.mark.wide
 def test_without_torch_the_subprocess_option_runs_every_torch_free_test(
     pytester: pytest.Pytester,
 ) -> None:

@@ -155,6 +155,7 @@ def test_threads_option_on_a_unittest_case(ourtester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*[[]4 of 4 threads: cudagraph-thread-0, *] raised this"])
 
 
+@pytest.mark.wide
 def test_subprocess_option_runs_unmarked_tests_in_fresh_processes(
     ourtester: pytest.Pytester,
 ) -> None:
@@ -187,6 +188,7 @@ def test_aborts():
 
 
 @pytest.mark.parametrize("spread", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@pytest.mark.wide
 def test_a_suite_with_crashing_tests_runs_to_its_end(
     ourtester: pytest.Pytester, spread: list[str]
 ) -> None:

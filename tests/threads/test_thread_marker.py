@@ -371,7 +371,9 @@ def test_the_marker_is_documented(ourtester: pytest.Pytester) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible here")
-@pytest.mark.parametrize("marker", ["cudagraph_thread", "cudagraph_subprocess"])
+@pytest.mark.parametrize(
+    "marker", ["cudagraph_thread", pytest.param("cudagraph_subprocess", marks=pytest.mark.wide)]
+)
 def test_require_cuda_skips_without_a_device(ourtester: pytest.Pytester, marker: str) -> None:
     """``require_cuda=True`` skips a test of either marker where no CUDA device is visible."""
     ourtester.makepyfile(

@@ -1,0 +1,28 @@
+"""Loaded by every interpreter that ``coverage_tiers.py`` measures (this folder is first on its
+PYTHONPATH): the lines of a process, and of each process it forks, count as the test's named by
+``$COVERAGE_TIERS_TEST`` (coverage's dynamic context), whoever started the process."""
+
+from __future__ import annotations
+
+import os
+
+TEST_VARIABLE = "COVERAGE_TIERS_TEST"
+
+
+def switch_to_the_test() -> None:
+    test = os.environ.get(TEST_VARIABLE)
+    if not test:
+        return
+    try:
+        import coverage
+    except ImportError:
+        return
+    measuring = coverage.Coverage.current()
+    if measuring is not None:
+        measuring.switch_context(test)
+
+
+switch_to_the_test()
+# After coverage's own fork handler (registered as it started, before this module), which
+# gives the child a data file of its own.
+os.register_at_fork(after_in_child=switch_to_the_test)
