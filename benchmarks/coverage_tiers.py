@@ -123,7 +123,7 @@ def main() -> int:
     )
     parser.add_argument("--marker", default="wide", help="the tier the README's command leaves out")
     parser.add_argument("pytest_args", nargs="*", help="after --: more arguments for pytest")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     folders = args.data or [DEFAULT_DATA]
     if args.command == "run":
         return run(folders[0], args.pytest_args)
