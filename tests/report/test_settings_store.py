@@ -34,6 +34,7 @@ def _run(tester: pytest.Pytester, report: str, *args: str) -> tuple[str, dict[st
     return (tester.path / "loaded.txt").read_text(), record["settings"]
 
 
+@pytest.mark.wide
 def test_a_session_that_never_compiles_reads_inductors_defaults_once(
     ourtester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
