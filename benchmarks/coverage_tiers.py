@@ -33,6 +33,7 @@ NO_TEST = ""
 
 
 def run(data: Path, pytest_args: list[str]) -> int:
+    data = data.resolve()  # coverage runs in the project's root
     data.mkdir(parents=True, exist_ok=True)
     for old in data.glob(".coverage*"):
         old.unlink()
@@ -68,15 +69,19 @@ def lines_by_test(folders: list[Path]) -> dict[str, set[tuple[str, int]]]:
 
 
 def marked(marker: str) -> set[str]:
-    """The node ids of the suite's tests that carry ``marker``."""
+    """The node ids of the suite's tests that carry ``marker`` (an error where none do, or the
+    suite cannot be collected: an empty set would pass every check)."""
     listed = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marker, "-p", "no:xdist"],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        check=False,
+        check=True,
     ).stdout
-    return {line.strip() for line in listed.splitlines() if "::" in line}
+    found = {line.strip() for line in listed.splitlines() if "::" in line}
+    if not found:
+        raise SystemExit(f"no test is marked {marker!r}")
+    return found
 
 
 def statements() -> set[tuple[str, int]]:
@@ -98,10 +103,8 @@ def check(folders: list[Path], marker: str) -> int:
         return 2
     wide = marked(marker)
     total = statements()
-    everything = total.intersection(*[set().union(*by_test.values())])
-    kept = total.intersection(
-        set().union(*(lines for test, lines in by_test.items() if test not in wide))
-    )
+    everything = total & set().union(*by_test.values())
+    kept = total & set().union(*(lines for test, lines in by_test.items() if test not in wide))
     print(f"statements of the package: {len(total)}")
     print(f"the whole suite: {len(everything)} ({100 * len(everything) / len(total):.1f} %)")
     print(

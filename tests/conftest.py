@@ -68,11 +68,11 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
 # objects in this process; the rest start what only processes show: pytest sessions (pytester's,
 # which start zygotes, test processes and xdist workers), forks and fresh interpreters. Of those,
 # the ``wide`` ones show behaviours again beside other plugins, settings and xdist, or at scale:
-# the README's test command (``-m "not wide"``) leaves them out, every line of the package they
-# run is run by a test it keeps, and CI runs them too (``-m wide``).
+# the README's test command (``-m "not wide"``) leaves them out, and CI runs them too (``-m
+# wide``). Mark a test wide only where every line of the package it runs is run by a test the
+# README's command keeps: ``python benchmarks/coverage_tiers.py run``, then ``check``.
 PROCESSES_MARKER = "processes"
 WIDE_MARKER = "wide"
-WIDE = getattr(pytest.mark, WIDE_MARKER)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -23,6 +23,7 @@ def switch_to_the_test() -> None:
 
 
 switch_to_the_test()
-# After coverage's own fork handler (registered as it started, before this module), which
-# gives the child a data file of its own.
+# After coverage's own fork handler, which gives the child a data file of its own: coverage
+# registers it as it starts from its .pth file, before this module, in every process that
+# `coverage_tiers.py run` starts (its tests run in xdist workers, never in its first process).
 os.register_at_fork(after_in_child=switch_to_the_test)

@@ -309,14 +309,18 @@ def fault_sessions() -> list[list[str]]:
     return sessions
 
 
-# The first session (the rows that share one) runs in the README's tests; each other session
-# shows the same again for its own parts (wide: see tests/conftest.py).
+def _fault_session(rows: list[str], largest: list[str]) -> Any:
+    """The largest session (the rows that share one) runs in the README's tests; each other
+    shows the same again for its own parts (wide: see tests/conftest.py)."""
+    marks = () if rows is largest else pytest.mark.wide
+    return pytest.param(rows, id="+".join(rows), marks=marks)
+
+
+FAULT_SESSIONS = fault_sessions()
+
+
 @pytest.mark.parametrize(
-    "rows",
-    [
-        pytest.param(rows, id="+".join(rows), marks=() if index == 0 else pytest.mark.wide)
-        for index, rows in enumerate(fault_sessions())
-    ],
+    "rows", [_fault_session(rows, max(FAULT_SESSIONS, key=len)) for rows in FAULT_SESSIONS]
 )
 def test_a_missing_torch_internal_turns_off_only_its_part(
     ourtester: pytest.Pytester, forked_sessions: ForkedSessions, rows: list[str]

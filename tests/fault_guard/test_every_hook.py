@@ -414,6 +414,7 @@ def test_the_fault_sessions_make_each_fault_once_and_share_no_part() -> None:
         parts = [_part(fault.hook) for fault in faults]
         assert len(faults) == 1 or len(parts) == len(set(parts))
         assert len({_knocks_out(fault) for fault in faults}) == 1
+    assert {fault.spec for fault in [*made, *in_xdist]} >= HANDLED_ONLY_HERE  # none renamed away
 
 
 @pytest.mark.wide

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_cudagraph_guard._torch import events
-from pytest_cudagraph_guard.report import activity as test_activity
+from pytest_cudagraph_guard.report import activity
 from pytest_cudagraph_guard.report.plugin import phase_outcome
 
 
@@ -21,17 +21,17 @@ def _origin(skip: str | None) -> events.GraphOrigin:
 
 
 def test_code_an_earlier_test_compiled_brings_its_skip_and_counts_once_a_graph() -> None:
-    activity = test_activity.TestActivity(main_settings={})
+    record = activity.TestActivity(main_settings={})
     skipped_there = _origin("the graph runs on CPU tensors")
-    activity.add(events.RanEarlierGraph(thread="drafter-0", origin=skipped_there, graph=1))
-    activity.add(events.RanEarlierGraph(thread="drafter-0", origin=skipped_there, graph=1))
-    activity.add(events.RanEarlierGraph(thread="MainThread", origin=_origin(None), graph=2))
-    activity.add(events.RanEarlierGraph(thread="MainThread", origin=None, graph=3))
-    assert [(s.thread, s.reason) for s in activity.skips] == [
+    record.add(events.RanEarlierGraph(thread="drafter-0", origin=skipped_there, graph=1))
+    record.add(events.RanEarlierGraph(thread="drafter-0", origin=skipped_there, graph=1))
+    record.add(events.RanEarlierGraph(thread="MainThread", origin=_origin(None), graph=2))
+    record.add(events.RanEarlierGraph(thread="MainThread", origin=None, graph=3))
+    assert [(s.thread, s.reason) for s in record.skips] == [
         ("drafter-0", "the graph runs on CPU tensors")
     ] * 2
-    assert activity.earlier_compiled == 3
-    assert [thread for thread, _ in activity.earlier_runs] == [
+    assert record.earlier_compiled == 3
+    assert [thread for thread, _ in record.earlier_runs] == [
         "drafter-0",
         "drafter-0",
         "MainThread",
