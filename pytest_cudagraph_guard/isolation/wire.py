@@ -274,8 +274,8 @@ def began_at(results: Path) -> float | None:
 
 
 def time_ends(results: Path, timeout: float) -> float | None:
-    """When a test's ``timeout`` runs out: it counts from the test's start (the ``began`` frame
-    of its results file at ``results``), never from its process's; None where it has not begun."""
+    """When a test's ``timeout`` runs out, counted from the test's start (the ``began`` frame of
+    its results file at ``results``); None where it has not begun."""
     began = began_at(results)
     return None if began is None else began + timeout
 

@@ -354,6 +354,5 @@ def _ending_deadline(request: ChildRequest | None, started: float) -> float:
     where it said none."""
     if request is None:
         return started
-    from_start = started + request["timeout"]
     ends = time_ends(Path(request["results"]), request["timeout"]) if request["results"] else None
-    return from_start if ends is None else max(from_start, ends)
+    return max(started + request["timeout"], ends or started)
