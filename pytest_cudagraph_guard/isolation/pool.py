@@ -181,9 +181,12 @@ class Zygote:
         return None
 
     def why_not_ready(self) -> str:
-        self.process.poll()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # its pipe ends before its exit
+            self.process.wait(timeout=ZYGOTE_CLOSE_TIMEOUT_S)
+        code = self.process.returncode
+        state = "still running" if code is None else f"exit code {code}"
         stderr = last_lines(self.log_path.read_text(errors="replace"))
-        return f"exit code {self.process.returncode}; its stderr ends with:\n{stderr}"
+        return f"{state}; its stderr ends with:\n{stderr}"
 
     def close(self, *, wait: bool) -> None:
         """Ends the zygote; with ``wait``, once its test processes that said they were done

@@ -1,13 +1,18 @@
 """What the tests of test processes share: the stand-in for CUDA that their sessions initialise on
-a machine without a GPU, the logs its processes and their tests write, and how an inner test
-tells that a zygote forked its process."""
+a machine without a GPU, the logs its processes and their tests write, how an inner test tells
+that a zygote forked its process, and a fake zygote for the tests of the parent's side."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_cudagraph_guard.isolation import pool
 from pytest_cudagraph_guard.isolation.cuda import STANDIN_VARIABLE
 
 # The stand-in for CUDA (``PYTEST_CUDAGRAPH_GUARD_CUDA_STANDIN``): importing it is initialising
@@ -75,3 +80,115 @@ def forked_by_a_zygote():
         command = cmdline.read().split(b"\\0")
     return command[-3:-1] == [b"pytest_cudagraph_guard.isolation", b"serve"]
 """
+
+
+# A stand-in for the zygote, for the tests of the parent's side (:mod:`.pool`, :mod:`.processes`)
+# with nothing loaded: it speaks the wire as the real one does (``serve``), and stands in for a
+# spawned test process too (``run REQUEST``). What it replies to each ``run`` is a word of its
+# script ($FAKE_ZYGOTE, JSON): ``exited CODE`` (its test process ended), ``done CODE`` (it said it
+# was done: its ``exited`` comes before the next test's ``started``), ``late`` (an unknown
+# process's ``exited`` first, then ``exited 0``), ``nofork REASON``, or ``lost`` (its test
+# process sleeps, and the zygote dies without a word); ``"start": "fails"`` makes it die before
+# it is ready, ``"notices"`` are said first. It logs each frame it gets, with its pid and the
+# frames of a ``run``'s request file, to $FAKE_ZYGOTE_LOG.
+FAKE_ZYGOTE = """
+import json
+import os
+import sys
+import time
+
+from pytest_cudagraph_guard.isolation.wire import FrameReader, read_frames, run_of, send
+
+SCRIPT = json.loads(os.environ.get("FAKE_ZYGOTE", "{}"))
+
+
+def note(found, **more):
+    with open(os.environ["FAKE_ZYGOTE_LOG"], "a") as log:
+        mine = {"pid": os.getpid(), "set": os.environ.get("TORCH_FAKE_SET")}
+        log.write(json.dumps({**mine, **found, **more}) + "\\n")
+
+
+def test_process(replies, code, seconds=0.0):
+    pid = os.fork()
+    if pid == 0:  # as a real one: its own group, and none of the zygote's pipes
+        os.setsid()
+        os.close(replies)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1):
+            os.dup2(devnull, fd)
+        time.sleep(seconds)
+        os._exit(code)
+    return pid
+
+
+def serve():
+    if SCRIPT.get("start") == "fails":
+        sys.exit("no torch here")
+    replies = os.dup(1)
+    os.dup2(2, 1)
+    send(replies, "ready", pid=os.getpid())
+    for reason in SCRIPT.get("notices", []):
+        send(replies, "notice", reason=reason)
+    requests = FrameReader(0)
+    runs = iter(SCRIPT.get("runs", []))
+    ending = []
+    while (found := requests.next()) is not None:
+        path = run_of(found)
+        note(found, frames=read_frames(path) if path else None)
+        if found["kind"] == "end":
+            break
+        if path is None:
+            continue
+        how, _, said = next(runs, "exited 0").partition(" ")
+        if how == "nofork":
+            send(replies, "nofork", reason=said)
+            continue
+        for pid, status in ending:
+            send(replies, "exited", pid=pid, status=status)
+        ending.clear()
+        if how == "late":
+            send(replies, "exited", pid=1, status=0)
+        pid = test_process(replies, int(said or 0), 600 if how == "lost" else 0)
+        send(replies, "started", pid=pid)
+        if how == "lost":
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        send(replies, "done" if how == "done" else "exited", pid=pid, status=status)
+        if how == "done":
+            ending.append((pid, status))
+    for pid, status in ending:
+        send(replies, "exited", pid=pid, status=status)
+
+
+if sys.argv[1] == "serve":
+    serve()
+else:
+    note({"kind": "spawned"}, frames=read_frames(sys.argv[2]))
+    sys.exit(SCRIPT.get("spawned", 0))
+"""
+
+
+class FakeZygotes:
+    """The fake zygote's environment for a pool's requests, and what its processes logged."""
+
+    def __init__(self, folder: Path) -> None:
+        (folder / "fake_zygote.py").write_text(FAKE_ZYGOTE)
+        self.log = folder / "fake-zygote.log"
+        self.base = {"PYTHONPATH": str(folder), "FAKE_ZYGOTE_LOG": str(self.log)}
+
+    def env(self, **script: object) -> dict[str, str]:
+        return {**os.environ, **self.base, "FAKE_ZYGOTE": json.dumps(script)}
+
+    def frames(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+
+@pytest.fixture
+def fake_zygotes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeZygotes:
+    """Pools whose zygotes and spawned test processes are the fake (:data:`FAKE_ZYGOTE`)."""
+    monkeypatch.setattr(pool, "ENTRY_MODULE", "fake_zygote")
+    folder = tmp_path / "fake-site"
+    folder.mkdir()
+    return FakeZygotes(folder)
