@@ -267,7 +267,7 @@ def _start_report(session: PluginSession) -> None:
         from .report.session_journal import start_session_journal
 
         journal = start_session_journal(session)
-        writer = ReportWriter(list(options.report), options, journal)
+        writer = ReportWriter(options, journal)
         config.pluginmanager.register(writer, PluginNames.REPORT_WRITER)
 
 

@@ -1,10 +1,7 @@
 """Layout-independent access to torch's config modules (``torch/utils/_config_module.py``).
 
-Config layouts, by release:
+Config layouts, by release (of the supported ones, from 2.9):
 
-- ``plain`` (2.1-2.5): ``module._config[key]`` holds the value, ``module._default[key]``
-  the default;
-  ``del config.key`` removes the key from ``_config``.
 - ``entry`` (2.6-2.11): ``module._config[key]`` is a ``_ConfigEntry`` whose ``user_override`` is a
   plain attribute, process-global.
 - ``ctxvar`` (2.12+): ``user_override`` is a ``ContextVar``, so overrides are per thread/context.
@@ -25,8 +22,7 @@ from .values import HIDDEN, UNSET, RawEntry, copy_value, is_mutable, values_diff
 INDUCTOR_CONFIG: Final = "torch._inductor.config"
 DYNAMO_CONFIG: Final = "torch._dynamo.config"
 GUARDED_CONFIG_MODULES: Final = (INDUCTOR_CONFIG, DYNAMO_CONFIG)
-# A config module's ``_config`` as torch keeps it: each key's value (``plain``) or its
-# ``_ConfigEntry`` (the other layouts).
+# A config module's ``_config`` as torch keeps it: each key's ``_ConfigEntry``.
 ConfigTable = dict[str, Any]
 
 
@@ -38,8 +34,7 @@ class ConfigAccess:
         self.name: str = module.__name__
         self._config: ConfigTable = module.__dict__["_config"]
         self.layout = _layout_of(module)
-        self._torch_unset: object = _torch_unset_sentinel(module, self.layout)
-        self._pristine_keys = tuple(self._config)
+        self._torch_unset: object = _torch_unset_sentinel(module)
         self._cudagraph_keys: list[str] | None = None
         self._override_vars: dict[ContextVar[Any], Any] | None = None
         self._alias_keys = frozenset(
@@ -48,25 +43,15 @@ class ConfigAccess:
 
     def keys(self) -> list[str]:
         """Every key that holds its own value (aliases of other settings are left out)."""
-        if self.layout == "plain":
-            return list(self._pristine_keys)
         return [k for k in self._config if k not in self._alias_keys]
 
     def has_key(self, key: str) -> bool:
-        return key in self._config or key in self._pristine_keys
+        return key in self._config
 
     def all_keys(self) -> list[str]:
-        return sorted(set(self._config) | set(self._pristine_keys))
+        return sorted(self._config)
 
     def raw(self, key: str) -> RawEntry:
-        if self.layout == "plain":
-            defaults: dict[str, object] = self.module.__dict__.get("_default", {})
-            default = defaults.get(key)
-            if key not in self._config:
-                return RawEntry(UNSET, default, True)
-            value = self._config[key]
-            override = UNSET if value is default else value
-            return RawEntry(override, default, False)
         entry = self._config[key]
         override = self._read_override(entry)
         return RawEntry(override, entry.default, bool(getattr(entry, "hide", False)))
@@ -83,12 +68,6 @@ class ConfigAccess:
     def write(self, key: str, raw: RawEntry) -> None:
         """Puts ``raw`` back under ``key``, bypassing the module's attribute protocol."""
         value = copy_value(raw.override)
-        if self.layout == "plain":
-            if raw.hidden:
-                self._config.pop(key, None)
-            else:
-                self._config[key] = raw.default if value is UNSET else value
-            return
         entry = self._config[key]
         stored = self._torch_unset if value is UNSET else value
         if self.layout == "ctxvar":
@@ -152,13 +131,11 @@ class ConfigAccess:
         raw = raw if raw is not None else self.raw(key)
         if raw.hidden:
             return HIDDEN
-        if self.layout == "plain":
-            return raw.default if raw.override is UNSET else raw.override
         return self._decided(key, raw)[1]
 
     def provenance(self, key: str) -> str | None:
         """``env-force``/``env-default`` when an environment variable decides the value."""
-        return None if self.layout == "plain" else self._decided(key, self.raw(key))[0]
+        return self._decided(key, self.raw(key))[0]
 
     def _decided(self, key: str, raw: RawEntry) -> tuple[str | None, Any]:
         """What decides the value a read of ``key`` gives (None: its default), and that value."""
@@ -183,17 +160,8 @@ class ConfigAccess:
         if "_is_dirty" in namespace:
             namespace["_is_dirty"] = True
 
-    def defaults_vector(self) -> list[Any]:
-        """Every default object, where their writes are not counted (2.1-2.5: a plain dict)."""
-        if self.layout == "plain":
-            return list(self.module.__dict__.get("_default", {}).values())
-        return []
-
     def raw_reader(self, key: str) -> Callable[[], tuple[Any, Any]]:
         """A cheap reader of ``key``'s (override, default) as torch stores them, for hot paths."""
-        if self.layout == "plain":
-            values, defaults = self._config, self.module.__dict__.get("_default", {})
-            return lambda: (values.get(key), defaults.get(key))
         entry, unset = self._config[key], self._torch_unset
         if self.layout == "ctxvar":
             var = entry.user_override
@@ -224,16 +192,13 @@ class ConfigAccess:
 
 
 def _layout_of(module: ModuleType) -> str:
-    for entry in module.__dict__["_config"].values():
-        if not hasattr(entry, "user_override"):
-            return "plain"
-        return "ctxvar" if isinstance(entry.user_override, ContextVar) else "entry"
-    return "plain"
+    entry: Any = next(iter(module.__dict__["_config"].values()), None)
+    if not hasattr(entry, "user_override"):  # torch before 2.6, which the plugin does not support
+        raise RuntimeError(f"{module.__name__}: a torch config layout this plugin does not know")
+    return "ctxvar" if isinstance(entry.user_override, ContextVar) else "entry"
 
 
-def _torch_unset_sentinel(module: ModuleType, layout: str) -> object:
-    if layout == "plain":
-        return UNSET
+def _torch_unset_sentinel(module: ModuleType) -> object:
     entry = next(iter(module.__dict__["_config"].values()))
     owner = import_quietly(type(entry).__module__)
     return getattr(owner, "_UNSET_SENTINEL", UNSET)

@@ -24,7 +24,6 @@ from .events import RecordingStarted, Rerecorded, Skipped, SlowPath, emit
 from .faults import run_ours
 from .patch_table import PATCHES
 from .patches import Patches, owner_class
-from .release import release_tuple
 from .thread_names import thread_label
 from .trees import CUDAGRAPH_TREES
 
@@ -44,8 +43,6 @@ PENDING_CHECKPOINT: Final = (
     "record or warm up beside them"
 )
 RERECORD_LIMIT: Final = "re-recording limit"
-# From this release the tree manager logs its run-time skips through one function.
-RUNTIME_SKIPS_LOGGED: Final = (2, 4)
 
 
 class _TreeState(threading.local):
@@ -92,8 +89,7 @@ def patch_tree_events(module: ModuleType, manager: type, patches: Patches) -> No
     patches.observe(PATCHES["tree_events.checkpoint"], manager, _on_checkpoint)
     patches.apply(PATCHES["tree_events.fast_path_warning"], manager, _observed_fast_path_warning)
     patches.observe(PATCHES["tree_events.cudagraphify"], module, _on_tree_cudagraphify)
-    if release_tuple() >= RUNTIME_SKIPS_LOGGED:
-        patches.observe(PATCHES["tree_events.runtime_skip"], module, _on_runtime_skip)
+    patches.observe(PATCHES["tree_events.runtime_skip"], module, _on_runtime_skip)
     rows = PATCHES["tree_events.check_invariants"], PATCHES["tree_events.node_run"]
     node = owner_class(module, "CUDAGraphNode", *rows)
     if node is not None:

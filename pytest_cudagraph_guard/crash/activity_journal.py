@@ -1,7 +1,7 @@
-"""What a death is read from (:mod:`..core.death`), written where tests run: the journal of
-:mod:`..core.journal` and an xdist worker's fault handler's file, which xdist's controller gives
+"""What a death is read from (:mod:`.death`), written where tests run: the journal of
+:mod:`.journal` and an xdist worker's fault handler's file, which xdist's controller gives
 each worker (a replaced worker gets a new id, so each worker's files are its own) and reads back
-for :func:`..core.death.worker_died` when xdist reports the worker's test crashed (death loads
+for :func:`.death.worker_died` when xdist reports the worker's test crashed (death loads
 only then). Registered by
 the report (``plugin._start_report``). The controller's hooks are optional: xdist may be absent.
 """
@@ -161,7 +161,7 @@ class WorkerCrashes:
     @pytest.hookimpl(optionalhook=True)
     @guards(PART)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        """A dead worker's files, to :func:`..core.death.worker_died`; a worker without files is
+        """A dead worker's files, to :func:`.death.worker_died`; a worker without files is
         left as xdist reported it."""
         from ..core.devices import devices_of_worker
         from .death import ProcessEnd, worker_died  # on xdist's controller, after a crash

@@ -136,10 +136,8 @@ class JournalWriter:
         self._write(action.line(), count)
 
     def close(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
+        close_quietly(self._fd)
+        self._fd = None
 
     def _write(self, line: _StartLine | dict[str, object], count: int | None = None) -> None:
         if self._fd is None:
@@ -178,7 +176,7 @@ def read_journal(path: str | Path, nodeid: str) -> JournalReading:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return NOTHING_READ
-    entries = [entry for line in lines if (entry := _parsed(line)) is not None]
+    entries = [entry for line in lines if (entry := parsed_line(line)) is not None]
     starts = [i for i, entry in enumerate(entries) if entry.get("test") == nodeid]
     begin = starts[-1] if starts else len(entries)
     envs = [env for e in entries[: begin + 1] if isinstance(env := e.get("env"), dict)]
@@ -193,9 +191,17 @@ def read_journal(path: str | Path, nodeid: str) -> JournalReading:
     return JournalReading(Action.from_line(actions[-1]) if actions else None, names, env)
 
 
-def _parsed(line: str) -> dict[str, object] | None:
+def parsed_line(line: str) -> dict[str, object] | None:
+    """A journal's line read back (this one's or the session's); None where a crash cut it."""
     try:
         entry = json.loads(line)
     except ValueError:
-        return None  # cut by the crash
+        return None
     return entry if isinstance(entry, dict) else None
+
+
+def close_quietly(fd: int | None) -> None:
+    """Closes a journal's descriptor, where it has one; a failure to close loses nothing."""
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)

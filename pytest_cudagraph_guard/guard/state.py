@@ -5,13 +5,13 @@ and putting it back, is :mod:`.diff`'s."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._torch import runtime
 from .._torch.torch_env import environ_stamp, torch_env
 
 if TYPE_CHECKING:
-    from .._torch import config_access, values
+    from .._torch import values
     from ..torch_settings import StoredValues
 
 
@@ -36,15 +36,14 @@ class Snapshot:
 class QuickCheck:
     """An O(changes) test of "is the state still what ``Snapshot`` saw", for the hot path.
 
-    It watches the config modules' own change counter, torch's environment variables, which
-    config modules are imported, every default object, and the values of mutable keys (changed
-    in place; one that cannot be copied is named once by the snapshot, and only its replacement
-    is seen).
+    It watches the config modules' own change counter (a default replaced counts too), torch's
+    environment variables, which config modules are imported, and the values of mutable keys
+    (changed in place; one that cannot be copied is named once by the snapshot, and only its
+    replacement is seen).
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._stamp = environ_stamp()
-        self._defaults: list[tuple[config_access.ConfigAccess, list[Any]]] = []
         self._mutable: StoredValues | None = None
         # Without torch the environment is all there is to watch, and nothing of torch's loads.
         self._torch_free = not runtime.torch_loaded()
@@ -62,7 +61,6 @@ class QuickCheck:
             cfg = config_access.loaded_config(name)
             if cfg is None:
                 continue
-            self._defaults.append((cfg, cfg.defaults_vector()))
             mutable_readers += [cfg.raw_reader(key) for key in cfg.mutable_keys(entries)]
         self._mutable = StoredValues(mutable_readers)
 
@@ -80,8 +78,5 @@ class QuickCheck:
             return False
         for name, module in self._modules.items():
             if sys.modules.get(name) is not module:
-                return False
-        for cfg, defaults in self._defaults:
-            if cfg.defaults_vector() != defaults:
                 return False
         return self._mutable is None or self._mutable.unchanged()

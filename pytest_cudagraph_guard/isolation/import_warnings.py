@@ -6,8 +6,7 @@ warnings an import raised (an import's frames were on the stack as the warning w
 the parent shows each of those once a session (:func:`.runner._warn`), as in-process.
 
 The mark is taken where ``warnings.catch_warnings(record=True)`` (pytest's, around each test)
-records a warning: ``warnings._showwarnmsg_impl``, which it sets to its log's ``append``. Where
-that name is missing (another Python), no warning is marked: each counts per test, as before.
+records a warning: ``warnings._showwarnmsg_impl``, which it sets to its log's ``append``.
 Standard library only.
 """
 
@@ -42,10 +41,7 @@ class ImportWarnings:
         """Mark the warnings recorded meanwhile that an import raised (the marks of the test
         before dropped)."""
         self._marked.clear()
-        record: Callable[[Any], None] | None = getattr(warnings, "_showwarnmsg_impl", None)
-        if record is None:
-            yield
-            return
+        record: Callable[[Any], None] = warnings._showwarnmsg_impl  # type: ignore[attr-defined]
 
         def mark_and_record(message: Any) -> None:
             if _importing():

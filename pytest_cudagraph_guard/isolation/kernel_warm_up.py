@@ -59,7 +59,7 @@ def _matmul(torch: Any, dtype: Any) -> None:
 def forget_warm_up(torch: Any) -> None:
     """No memory left allocated or cached by the steps, and the allocator's statistics reset."""
     clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-    if clear_workspaces is not None:  # torch 2.1 and later
+    if clear_workspaces is not None:  # a CPU build of torch has none
         clear_workspaces()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()

@@ -31,7 +31,7 @@ from ..core.records import JsonObject, TestRecord, from_json
 from ..core.report_formats import ReportFormat
 from ..core.session import PluginSession
 from ..crash.activity_journal import CrashJournal
-from ..crash.journal import Action, read_journal
+from ..crash.journal import Action, close_quietly, parsed_line, read_journal
 from ..fault_guard import Loss, Part, guards
 
 PARTIAL_SUFFIX: Final = ".partial"
@@ -139,10 +139,8 @@ class SessionJournal:
             self.path.unlink(missing_ok=True)
 
     def _close(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
+        close_quietly(self._fd)
+        self._fd = None
 
 
 def _call(function: Callable[[], None]) -> None:
@@ -171,16 +169,13 @@ def read_session_journal(path: Path) -> DeadSession:
     started: list[str] = []
     records: dict[str, TestRecord] = {}
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(entry, dict):
+        entry = parsed_line(line)
+        if entry is None:
             continue
         if "started" in entry:
             started.append(str(entry["started"]))
-        elif isinstance(entry.get("record"), dict):
-            record = from_json(TestRecord, entry["record"])
+        elif isinstance(sent := entry.get("record"), dict):
+            record = from_json(TestRecord, sent)
             records[record.nodeid] = record
     found.records = [records[nodeid] for nodeid in sorted(records)]
     found.running = [nodeid for nodeid in dict.fromkeys(started) if nodeid not in records]

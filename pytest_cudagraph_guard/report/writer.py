@@ -46,13 +46,8 @@ class ReportWriter:
 
     PART = Part(Loss("--cudagraph-report", "the report's terminal section and files"))
 
-    def __init__(
-        self,
-        formats: list[ReportFormat],
-        options: PluginOptions | None = None,
-        journal: SessionJournal | None = None,
-    ) -> None:
-        self.formats = formats
+    def __init__(self, options: PluginOptions, journal: SessionJournal) -> None:
+        self.formats: list[ReportFormat] = list(options.report)
         self.options = options
         self.records: dict[str, TestRecord] = {}
         self.file_lines: list[tuple[str, bool]] = []  # what became of each file; True: an error
@@ -66,8 +61,7 @@ class ReportWriter:
         record = found[-1] if found else carried_record(report)
         if record is not None:
             self.records[report.nodeid] = from_json(TestRecord, record)  # JSON across processes
-            if self.journal is not None:
-                self.journal.add(record)
+            self.journal.add(record)
 
     @pytest.hookimpl(trylast=True)
     @guards(PART)
@@ -94,8 +88,6 @@ class ReportWriter:
         the report knew is kept (it goes otherwise, with the config's cleanup)."""
         failed, json_written = self._write_files(session)
         journal = self.journal
-        if journal is None:
-            return
         if journal.lost is not None:
             if not failed:  # else the file's own line says why
                 line = f"cudagraph report: could not keep the report so far in {journal.path}"
@@ -133,7 +125,7 @@ class ReportWriter:
     def document(self) -> ReportDocument:
         return ReportDocument(
             schema=SCHEMA,
-            environment=_environment(self.options),
+            environment=Environment(**vars(release.versions()), options=self.options.as_json()),
             tests=[self.records[k] for k in sorted(self.records)],
             summary=summary_record(list(self.records.values())),
         )
@@ -152,11 +144,6 @@ def section_lines(records: list[TestRecord], *, everything: bool) -> tuple[list[
     if shown and len(shown) < len(ordered):
         lines.append(nothing_to_show_line(len(ordered) - len(shown)))
     return lines, summary_lines(ordered)
-
-
-def _environment(options: PluginOptions | None) -> Environment:
-    shown = options.as_json() if options is not None else None
-    return Environment(**vars(release.versions()), options=shown)
 
 
 def why_not_writable(path: Path) -> str | None:

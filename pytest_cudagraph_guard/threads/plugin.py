@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import signal
 import threading
 import unittest
 from collections.abc import Callable, Generator, Iterator
@@ -84,7 +83,6 @@ class ThreadedCalls(_InThreads):
         if (
             plugin_marks(item)[0] is None
             or getattr(settings, "method", None) != "thread"
-            or not hasattr(signal, "SIGALRM")
             or threading.current_thread() is not threading.main_thread()
         ):
             return None
