@@ -5,10 +5,16 @@ test processes, never timed."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+from pytest_cudagraph_guard.isolation import preloads
 
 from .conftest import FORKED_BY_A_ZYGOTE, FakeCuda, logged
 
@@ -168,3 +174,63 @@ def test_a_zygote_loads_a_module_s_imports_as_the_last_session_saw_them_while_it
     monkeypatch.setenv("AHEAD_WAIT_S", "1")  # it cannot come: the zygote walks after the import
     ourtester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert said.read_text() == "not"  # no cache, nothing known ahead: loaded after collection
+
+
+class _Cache(dict[str, object]):
+    """pytest's cache as the parent uses it."""
+
+    def set(self, key: str, value: object) -> None:
+        self[key] = value
+
+
+def _collected(module: SimpleNamespace, *imported: str) -> None:
+    """``module``'s collection, in which its import loads ``imported``."""
+    preloads.module_collection_started(module)  # type: ignore[arg-type]
+    for name in imported:
+        importlib.import_module(name)
+    preloads.module_collection_finished(module)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def new_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Names of two installed modules no test has loaded (a folder outside the project)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    names = [f"cgg_fresh_{tmp_path.name.replace('-', '_')}_{n}" for n in range(2)]
+    for name in names:
+        (site / f"{name}.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(site))
+    yield names
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def test_a_module_collected_twice_keeps_its_imports_of_both_in_order_and_in_the_cache(
+    tmp_path: Path, new_modules: list[str]
+) -> None:
+    """As ``--doctest-modules`` collects a test module again, the second collector's imports
+    add to the first's; a later session finds them in pytest's cache."""
+    config = SimpleNamespace(stash=pytest.Stash(), rootpath=tmp_path / "project", cache=_Cache())
+    path = tmp_path / "project" / "test_mod.py"
+    module = SimpleNamespace(config=config, path=path)
+    first, second = new_modules
+    _collected(module, first)
+    _collected(module, second)
+    item = SimpleNamespace(config=config, path=path)
+    found = preloads.module_imports(item)  # type: ignore[arg-type]
+    assert found is not None
+    assert [name for name in found["names"] if name in new_modules] == [first, second]
+    assert found["module"] == str(path)
+    later = SimpleNamespace(config=SimpleNamespace(cache=config.cache), path=path)
+    assert preloads.imports_last_seen(later) == found  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [{"names": "not a list", "work": []}, {"names": [1], "work": []}, {"names": []}, "?"],
+)
+def test_imports_kept_in_another_shape_are_not_read(tmp_path: Path, kept: object) -> None:
+    path = tmp_path / "test_mod.py"
+    cache = _Cache({preloads._last_seen_key(str(path)): kept})
+    module = SimpleNamespace(config=SimpleNamespace(cache=cache), path=path)
+    assert preloads.imports_last_seen(module) is None  # type: ignore[arg-type]
