@@ -316,7 +316,6 @@ def test_a_dist_mode_without_workers_is_a_session_of_its_own(fake_gpus: FakeGpus
     assert nvml_asked(tester) == 0
 
 
-@pytest.mark.wide
 def test_the_header_shares_the_devices_among_the_workers_xdist_starts(fake_gpus: FakeGpus) -> None:
     tester = fake_gpus(*[H100] * 4)
     tester.makepyfile(IN_WORKERS)

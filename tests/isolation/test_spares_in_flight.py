@@ -15,6 +15,7 @@ import pytest
 from pytest_cudagraph_guard.isolation import forking
 from pytest_cudagraph_guard.isolation import spares as spares_module
 from pytest_cudagraph_guard.isolation.forking import RunSpare
+from pytest_cudagraph_guard.isolation.spare_wait import _test_of
 from pytest_cudagraph_guard.isolation.spares import Spares
 from pytest_cudagraph_guard.isolation.wire import (
     REQUEST_NAME,
@@ -187,3 +188,16 @@ def test_no_spare_is_set_up_where_the_next_test_is_not_marked(
     spares = make_spares(_fake_spare)
     spares.fork(_request("test_mod.py::test_a", next_nodearg=None))
     assert spares.waiting == []
+
+
+def test_a_spare_sent_no_test_is_not_needed_and_exits_quietly() -> None:
+    """The zygote ends (``end``, or its pipe's end read as one) before the spare got a test."""
+    request = _request("test_mod.py::test_a")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _test_of({"kind": "end"}, request)
+        finally:
+            os._exit(7)  # it returned, or raised
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
