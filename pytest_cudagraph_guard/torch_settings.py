@@ -212,7 +212,7 @@ def default_entry(key: str) -> SettingEntry | None:
 
 
 def _copy_of_default(raw: values.RawEntry) -> bool:
-    """torch (2.6+) copies a list/dict/set default into the override when it is first read."""
+    """torch copies a list/dict/set default into the override when it is first read."""
     return values.is_mutable(raw.default) and not values.values_differ(raw.override, raw.default)
 
 

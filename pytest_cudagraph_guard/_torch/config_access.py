@@ -1,8 +1,8 @@
 """Layout-independent access to torch's config modules (``torch/utils/_config_module.py``).
 
-Config layouts, by release (of the supported ones, from 2.9):
+Config layouts of the supported releases (torch>=2.9):
 
-- ``entry`` (2.6-2.11): ``module._config[key]`` is a ``_ConfigEntry`` whose ``user_override`` is a
+- ``entry`` (to 2.11): ``module._config[key]`` is a ``_ConfigEntry`` whose ``user_override`` is a
   plain attribute, process-global.
 - ``ctxvar`` (2.12+): ``user_override`` is a ``ContextVar``, so overrides are per thread/context.
 """
@@ -33,8 +33,7 @@ class ConfigAccess:
         self.module = module
         self.name: str = module.__name__
         self._config: ConfigTable = module.__dict__["_config"]
-        self.layout = _layout_of(module)
-        self._torch_unset: object = _torch_unset_sentinel(module)
+        self.layout, self._torch_unset = _layout_of(module)
         self._cudagraph_keys: list[str] | None = None
         self._override_vars: dict[ContextVar[Any], Any] | None = None
         self._alias_keys = frozenset(
@@ -191,17 +190,17 @@ class ConfigAccess:
         return UNSET if value is self._torch_unset else value
 
 
-def _layout_of(module: ModuleType) -> str:
+def _layout_of(module: ModuleType) -> tuple[str, object]:
+    """The module's layout, and torch's own marker of an entry without an override."""
     entry: Any = next(iter(module.__dict__["_config"].values()), None)
-    if not hasattr(entry, "user_override"):  # torch before 2.6, which the plugin does not support
-        raise RuntimeError(f"{module.__name__}: a torch config layout this plugin does not know")
-    return "ctxvar" if isinstance(entry.user_override, ContextVar) else "entry"
-
-
-def _torch_unset_sentinel(module: ModuleType) -> object:
-    entry = next(iter(module.__dict__["_config"].values()))
+    if not hasattr(entry, "user_override"):  # torch before 2.6, say
+        raise RuntimeError(
+            f"{module.__name__}: a torch config layout this plugin does not know "
+            "(it needs torch>=2.9)"
+        )
+    layout = "ctxvar" if isinstance(entry.user_override, ContextVar) else "entry"
     owner = import_quietly(type(entry).__module__)
-    return getattr(owner, "_UNSET_SENTINEL", UNSET)
+    return layout, getattr(owner, "_UNSET_SENTINEL", UNSET)
 
 
 _ACCESSES: Final[dict[int, ConfigAccess]] = {}  # one per config module object, by id

@@ -62,7 +62,7 @@ def end_session() -> None:
 
 
 def _aliases(module: ModuleType) -> dict[str, str]:
-    """``{alias key: dotted path of the setting it stands for}`` (2.6+)."""
+    """``{alias key: dotted path of the setting it stands for}``."""
     config: ConfigTable = module.__dict__["_config"]
     return {k: str(e.alias) for k, e in config.items() if getattr(e, "alias", None)}
 
@@ -133,7 +133,7 @@ def stop_counting(module: ModuleType) -> None:
 
 
 def _count_entry_writes(module: ModuleType) -> None:
-    """Entries (2.6+) count writes too: a replaced default or ``hide`` set by hand."""
+    """Entries count writes too: a replaced default or ``hide`` set by hand."""
     classes = _STATE.entry_classes
     for entry in module.__dict__["_config"].values():
         cls = type(entry)

@@ -83,14 +83,15 @@ def forked_by_a_zygote():
 
 
 # A stand-in for the zygote, for the tests of the parent's side (:mod:`.pool`, :mod:`.processes`)
-# with nothing loaded: it speaks the wire as the real one does (``serve``), and stands in for a
-# spawned test process too (``run REQUEST``). What it replies to each ``run`` is a word of its
+# with nothing loaded: it speaks the wire in the real one's order (``serve``), and stands in for
+# a spawned test process too (``run REQUEST``). What it replies to each ``run`` is a word of its
 # script ($FAKE_ZYGOTE, JSON): ``exited CODE`` (its test process ended), ``done CODE`` (it said it
-# was done: its ``exited`` comes before the next test's ``started``), ``late`` (an unknown
-# process's ``exited`` first, then ``exited 0``), ``nofork REASON``, or ``lost`` (its test
-# process sleeps, and the zygote dies without a word); ``"start": "fails"`` makes it die before
-# it is ready, ``"notices"`` are said first. It logs each frame it gets, with its pid and the
-# frames of a ``run``'s request file, to $FAKE_ZYGOTE_LOG.
+# was done: its ``exited`` comes after the next test's ``started``), ``late`` (an unknown
+# process's ``exited`` first, as of a test the parent stopped waiting for, then ``exited 0``),
+# ``nofork REASON``, or ``lost`` (its test process sleeps, and the zygote dies without a word).
+# ``"start"``: ``fails`` makes it end its pipe and die before it is ready, ``hangs`` never ready;
+# ``"notices"`` are said first. It logs each frame it gets, with its pid and the frames of a
+# ``run``'s request file, to $FAKE_ZYGOTE_LOG.
 FAKE_ZYGOTE = """
 import json
 import os
@@ -108,22 +109,36 @@ def note(found, **more):
         log.write(json.dumps({**mine, **found, **more}) + "\\n")
 
 
+# A child in a group of its own by the time it is said started, none of whose descriptors is a
+# pipe of the zygote's, as a real test process.
 def test_process(replies, code, seconds=0.0):
+    grouped, says_grouped = os.pipe()
     pid = os.fork()
-    if pid == 0:  # as a real one: its own group, and none of the zygote's pipes
+    if pid == 0:
         os.setsid()
-        os.close(replies)
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1):
             os.dup2(devnull, fd)
+        for fd in (replies, grouped, says_grouped):
+            os.close(fd)
         time.sleep(seconds)
         os._exit(code)
+    os.close(says_grouped)
+    os.read(grouped, 1)  # its end of the pipe closed: it has its group
+    os.close(grouped)
     return pid
 
 
 def serve():
     if SCRIPT.get("start") == "fails":
-        sys.exit("no torch here")
+        print("no torch here", file=sys.stderr, flush=True)
+        os.close(1)  # its pipe ends before it exits
+        time.sleep(0.3)
+        sys.exit(1)
+    if SCRIPT.get("start") == "hangs":
+        while os.read(0, 4096):  # until the parent ends it
+            pass
+        sys.exit(0)
     replies = os.dup(1)
     os.dup2(2, 1)
     send(replies, "ready", pid=os.getpid())
@@ -143,21 +158,19 @@ def serve():
         if how == "nofork":
             send(replies, "nofork", reason=said)
             continue
-        for pid, status in ending:
-            send(replies, "exited", pid=pid, status=status)
-        ending.clear()
         if how == "late":
             send(replies, "exited", pid=1, status=0)
-        pid = test_process(replies, int(said or 0), 600 if how == "lost" else 0)
+        pid = test_process(replies, int(said or 0), 60 if how == "lost" else 0)
         send(replies, "started", pid=pid)
         if how == "lost":
             os._exit(0)
+        for ended, status in ending:  # reaped once the next test has started
+            send(replies, "exited", pid=ended, status=status)
+        ending.clear()
         _, status = os.waitpid(pid, 0)
         send(replies, "done" if how == "done" else "exited", pid=pid, status=status)
         if how == "done":
             ending.append((pid, status))
-    for pid, status in ending:
-        send(replies, "exited", pid=pid, status=status)
 
 
 if sys.argv[1] == "serve":

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagraph_guard.isolation import wire
+from pytest_cudagraph_guard.isolation import pool, wire
 from pytest_cudagraph_guard.isolation.pool import MAX_ZYGOTES, ProcessPool
 from pytest_cudagraph_guard.isolation.processes import ChildExit
 from pytest_cudagraph_guard.isolation.wire import Learn, ModuleImports, ModuleLists, SessionHello
@@ -65,12 +65,17 @@ def _run(
     return ended, folder
 
 
+def _exit_code(ended: ChildExit) -> int | None:
+    """The test process's exit code (negative: the signal that ended it); None where lost."""
+    return None if ended.status is None else os.waitstatus_to_exitcode(ended.status)
+
+
 def test_a_test_runs_in_a_process_its_zygote_forked_and_its_exit_code_comes_back(
     process_pool: ProcessPool, fake_zygotes: FakeZygotes
 ) -> None:
     env = fake_zygotes.env(runs=["exited 5"])
     ended, folder = _run(process_pool, env)
-    assert os.waitstatus_to_exitcode(ended.status or 0) == 5
+    assert _exit_code(ended) == 5
     assert not ended.timed_out
     assert not ended.ending
     hello, run = fake_zygotes.frames()
@@ -121,11 +126,12 @@ def test_a_zygote_that_does_not_start_leaves_each_test_to_a_fresh_interpreter(
     env = fake_zygotes.env(start="fails", spawned=4)
     first, _ = _run(process_pool, env)
     [notice] = process_pool.take_notices()
+    # Its pipe ended before it exited: the exit code is waited for.
     assert notice.startswith("cudagraph_subprocess: the zygote did not start (exit code 1;")
     assert "its stderr ends with:\nno torch here" in notice
     assert "each marked test now starts a fresh interpreter" in notice
     second, _ = _run(process_pool, env)
-    assert [os.waitstatus_to_exitcode(e.status or 0) for e in (first, second)] == [4, 4]
+    assert [_exit_code(e) for e in (first, second)] == [4, 4]
     spawned = fake_zygotes.frames()
     assert [found["kind"] for found in spawned] == ["spawned", "spawned"]
     # A fresh interpreter has no zygote to say the session's hello: its request file does.
@@ -133,12 +139,23 @@ def test_a_zygote_that_does_not_start_leaves_each_test_to_a_fresh_interpreter(
     assert process_pool.take_notices() == []  # said once
 
 
+def test_a_zygote_that_never_says_it_is_ready_is_said_still_running(
+    process_pool: ProcessPool, fake_zygotes: FakeZygotes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pool, "ZYGOTE_START_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(pool, "ZYGOTE_CLOSE_TIMEOUT_S", 0.5)
+    ended, _ = _run(process_pool, fake_zygotes.env(start="hangs"))
+    assert _exit_code(ended) == 0  # in a fresh interpreter
+    [notice] = process_pool.take_notices()
+    assert "the zygote did not start (still running; its stderr ends with:" in notice
+
+
 def test_a_zygote_that_will_not_fork_gives_way_to_fresh_interpreters(
     process_pool: ProcessPool, fake_zygotes: FakeZygotes
 ) -> None:
     env = fake_zygotes.env(runs=["nofork the zygote has 2 OS threads"])
     ended, _ = _run(process_pool, env)
-    assert os.waitstatus_to_exitcode(ended.status or 0) == 0
+    assert _exit_code(ended) == 0
     [notice] = process_pool.take_notices()
     assert "the zygote would not fork: the zygote has 2 OS threads" in notice
     kinds = [found["kind"] for found in fake_zygotes.frames()]
@@ -157,9 +174,9 @@ def test_a_late_end_of_an_unknown_process_is_passed_over(
     process_pool: ProcessPool, fake_zygotes: FakeZygotes
 ) -> None:
     ended, _ = _run(process_pool, fake_zygotes.env(runs=["late", "exited 2"]))
-    assert os.waitstatus_to_exitcode(ended.status or 0) == 0
+    assert _exit_code(ended) == 0
     ended, _ = _run(process_pool, fake_zygotes.env())
-    assert os.waitstatus_to_exitcode(ended.status or 0) == 2
+    assert _exit_code(ended) == 2
 
 
 def test_a_process_that_said_it_was_done_keeps_its_folder_until_its_end_is_said(
@@ -170,7 +187,7 @@ def test_a_process_that_said_it_was_done_keeps_its_folder_until_its_end_is_said(
     assert ended.ending
     process_pool.folder.release(folder, ended.pid, ending=True)
     assert folder.is_dir()
-    _run(process_pool, env)  # its end is said before the next test starts
+    _run(process_pool, env)  # its end is said as the next test runs
     assert not folder.exists()
 
 

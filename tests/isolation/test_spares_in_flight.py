@@ -22,6 +22,7 @@ from pytest_cudagraph_guard.isolation.wire import (
     STDOUT_NAME,
     ChildRequest,
     FrameReader,
+    SessionHello,
 )
 
 from ..helpers import all_gone, wait_for
@@ -71,9 +72,16 @@ def _request(
 
 
 @pytest.fixture
-def in_session_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A zygote works in its session's folder, where its spares' folders go; forks are sound
-    here (the spares only write and read their pipes), whatever threads xdist runs."""
+def forks_sound() -> None:
+    """Never a fork of a process that has initialised CUDA; xdist's threads are no hazard to
+    these children, which only write and read their pipes."""
+    if forking._cuda_initialised():
+        pytest.skip("this process has initialised CUDA: it forks no spare")
+
+
+@pytest.fixture
+def in_session_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forks_sound: None) -> Path:
+    """A zygote works in its session's folder, where its spares' folders go."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(spares_module, "fork_hazard", lambda: None)
     return tmp_path
@@ -190,13 +198,20 @@ def test_no_spare_is_set_up_where_the_next_test_is_not_marked(
     assert spares.waiting == []
 
 
+@pytest.mark.usefixtures("forks_sound")
 def test_a_spare_sent_no_test_is_not_needed_and_exits_quietly() -> None:
     """The zygote ends (``end``, or its pipe's end read as one) before the spare got a test."""
-    request = _request("test_mod.py::test_a")
+    hello: SessionHello = {
+        "cwd": os.getcwd(),
+        "args": [],
+        "cuda_ahead": False,
+        "spares": 2,
+        "live_output": False,
+    }
     pid = os.fork()
     if pid == 0:
         try:
-            _test_of({"kind": "end"}, request)
+            _test_of({"kind": "end"}, hello)
         finally:
             os._exit(7)  # it returned, or raised
     _, status = os.waitpid(pid, 0)
