@@ -1,7 +1,8 @@
 """What the tests of several folders share: reading the JSON report an inner session wrote;
 what they read of processes and files while a session runs, and a session run in a process of
-its own; torch 2.1-2.12's CUDAGraph Trees thread behaviour, reproduced on torch 2.13
-(``LEGACY_CONFTEST``); and the torch bugs that tests reproduce, with the releases that fixed them.
+its own; a stand-in for pytest's cache; torch 2.1-2.12's CUDAGraph Trees thread behaviour,
+reproduced on torch 2.13 (``LEGACY_CONFTEST``); and the torch bugs that tests reproduce, with the
+releases that fixed them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+class PytestCache(dict[str, Any]):
+    """pytest's cache (``config.cache``) as the plugin uses it: ``get`` and ``set``."""
+
+    def set(self, key: str, value: object) -> None:
+        self[key] = value
+
 
 # Enough of the report to see what went wrong when a GPU run fails, where it cannot be rerun.
 SHOWN_CHARACTERS = 8000

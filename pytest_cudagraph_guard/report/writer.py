@@ -15,7 +15,6 @@ import pytest
 from .._torch import release
 from ..core.options import applied_lines
 from ..core.records import USER_PROPERTY, Environment, ReportDocument, TestRecord, from_json
-from ..core.report_formats import ReportFormat
 from ..fault_guard import Loss, Part, guards
 from .render import (
     brief_lines,
@@ -47,7 +46,6 @@ class ReportWriter:
     PART = Part(Loss("--cudagraph-report", "the report's terminal section and files"))
 
     def __init__(self, options: PluginOptions, journal: SessionJournal) -> None:
-        self.formats: list[ReportFormat] = list(options.report)
         self.options = options
         self.records: dict[str, TestRecord] = {}
         self.file_lines: list[tuple[str, bool]] = []  # what became of each file; True: an error
@@ -66,13 +64,13 @@ class ReportWriter:
     @pytest.hookimpl(trylast=True)
     @guards(PART)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if any(f.kind in TERMINAL_KINDS for f in self.formats):
+        if any(f.kind in TERMINAL_KINDS for f in self.options.report):
             self._terminal_section(terminalreporter)
         for line, failed in self.file_lines:
             terminalreporter.write_line(line, red=failed)
 
     def _terminal_section(self, terminalreporter: pytest.TerminalReporter) -> None:
-        everything = any(f.kind == "term-all" for f in self.formats)
+        everything = any(f.kind == "term-all" for f in self.options.report)
         lines, summary = section_lines(list(self.records.values()), everything=everything)
         terminalreporter.write_sep("=", "cudagraph report")
         for line in lines:
@@ -100,7 +98,7 @@ class ReportWriter:
         """Writes the files; whether one could not be written, and whether a json one was."""
         failed = json_written = False
         document = None
-        for fmt in self.formats:
+        for fmt in self.options.report:
             if fmt.path is None:
                 continue
             document = document or self.document()

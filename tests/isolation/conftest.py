@@ -12,8 +12,29 @@ from typing import Any
 
 import pytest
 
-from pytest_cudagraph_guard.isolation import pool
+from pytest_cudagraph_guard.isolation import pool, wire
 from pytest_cudagraph_guard.isolation.cuda import STANDIN_VARIABLE
+
+# A session's hello and a test's request, for the tests of the wire and of either side of it.
+HELLO: wire.SessionHello = {
+    "cwd": "/",
+    "args": ["-q"],
+    "cuda_ahead": True,
+    "spares": None,
+    "live_output": False,
+}
+REQUEST: wire.TestRequest = {
+    "env": {"PYTHONPATH": os.pathsep.join(["/extra", "/lib", "/extra"])},
+    "sys_path": ["", "/lib"],
+    "nodearg": "/tmp/a b/test_x.py::test_y",
+    "trees": True,
+    "switches": True,
+    "next_nodearg": None,
+    "results": "/tmp/a b/results.jsonl",
+    "basetemp": "/tmp",
+    "init_cuda": False,
+    "timeout": 300.0,
+}
 
 # The stand-in for CUDA (``PYTEST_CUDAGRAPH_GUARD_CUDA_STANDIN``): importing it is initialising
 # CUDA, through the same code path as ``torch.cuda.init``. Each process that imports it logs its

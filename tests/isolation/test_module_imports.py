@@ -16,6 +16,7 @@ import pytest
 
 from pytest_cudagraph_guard.isolation import preloads
 
+from ..helpers import PytestCache
 from .conftest import FORKED_BY_A_ZYGOTE, FakeCuda, logged
 
 # An installed library in the shape of torch.testing._internal.inductor_utils: a pure module, a
@@ -176,13 +177,6 @@ def test_a_zygote_loads_a_module_s_imports_as_the_last_session_saw_them_while_it
     assert said.read_text() == "not"  # no cache, nothing known ahead: loaded after collection
 
 
-class _Cache(dict[str, object]):
-    """pytest's cache as the parent uses it."""
-
-    def set(self, key: str, value: object) -> None:
-        self[key] = value
-
-
 def _collected(module: SimpleNamespace, *imported: str) -> None:
     """``module``'s collection, in which its import loads ``imported``."""
     preloads.module_collection_started(module)  # type: ignore[arg-type]
@@ -210,7 +204,9 @@ def test_a_module_collected_twice_keeps_its_imports_of_both_in_order_and_in_the_
 ) -> None:
     """As ``--doctest-modules`` collects a test module again, the second collector's imports
     add to the first's; a later session finds them in pytest's cache."""
-    config = SimpleNamespace(stash=pytest.Stash(), rootpath=tmp_path / "project", cache=_Cache())
+    config = SimpleNamespace(
+        stash=pytest.Stash(), rootpath=tmp_path / "project", cache=PytestCache()
+    )
     path = tmp_path / "project" / "test_mod.py"
     module = SimpleNamespace(config=config, path=path)
     first, second = new_modules
@@ -231,6 +227,6 @@ def test_a_module_collected_twice_keeps_its_imports_of_both_in_order_and_in_the_
 )
 def test_imports_kept_in_another_shape_are_not_read(tmp_path: Path, kept: object) -> None:
     path = tmp_path / "test_mod.py"
-    cache = _Cache({preloads._last_seen_key(str(path)): kept})
+    cache = PytestCache({preloads._last_seen_key(str(path)): kept})
     module = SimpleNamespace(config=SimpleNamespace(cache=cache), path=path)
     assert preloads.imports_last_seen(module) is None  # type: ignore[arg-type]

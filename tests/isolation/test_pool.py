@@ -14,20 +14,13 @@ import pytest
 from pytest_cudagraph_guard.isolation import pool, wire
 from pytest_cudagraph_guard.isolation.pool import MAX_ZYGOTES, ProcessPool
 from pytest_cudagraph_guard.isolation.processes import ChildExit
-from pytest_cudagraph_guard.isolation.wire import Learn, ModuleImports, ModuleLists, SessionHello
+from pytest_cudagraph_guard.isolation.wire import Learn, ModuleImports, ModuleLists
 
 from ..helpers import all_gone
-from .conftest import FakeZygotes
+from .conftest import HELLO, REQUEST, FakeZygotes
 
 pytestmark = pytest.mark.processes  # it starts processes itself: small ones, no torch
 
-HELLO: SessionHello = {
-    "cwd": os.getcwd(),
-    "args": [],
-    "cuda_ahead": False,
-    "spares": 0,
-    "live_output": False,
-}
 MODULES: ModuleLists = {"modules": ["json"], "plugins": [], "started": []}
 
 
@@ -35,19 +28,8 @@ def _imports(module: str) -> ModuleImports:
     return {"module": module, "names": ["json"], "work": []}
 
 
-def _request(env: dict[str, str], name: str = "test_it") -> wire.TestRequest:
-    return {
-        "env": env,
-        "sys_path": [],
-        "nodearg": f"test_mod.py::{name}",
-        "trees": True,
-        "switches": True,
-        "next_nodearg": None,
-        "results": None,
-        "basetemp": "",
-        "init_cuda": False,
-        "timeout": 30.0,
-    }
+def _request(env: dict[str, str]) -> wire.TestRequest:
+    return {**REQUEST, "env": env, "timeout": 30.0}
 
 
 @pytest.fixture

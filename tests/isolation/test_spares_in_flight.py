@@ -22,10 +22,11 @@ from pytest_cudagraph_guard.isolation.wire import (
     STDOUT_NAME,
     ChildRequest,
     FrameReader,
-    SessionHello,
+    child_request,
 )
 
 from ..helpers import all_gone, wait_for
+from .conftest import HELLO, REQUEST
 
 pytestmark = [
     pytest.mark.processes,  # it forks this process: the spares
@@ -52,23 +53,9 @@ def _dies_at_once(request: ChildRequest, assignments: int, done: int) -> None:
 def _request(
     nodearg: str, next_nodearg: str | None = "test_mod.py::test_b", **env: str
 ) -> ChildRequest:
-    return {
-        "cwd": os.getcwd(),
-        "args": [],
-        "cuda_ahead": False,
-        "spares": 2,
-        "live_output": False,
-        "env": env,
-        "sys_path": [],
-        "nodearg": nodearg,
-        "trees": True,
-        "switches": True,
-        "next_nodearg": next_nodearg,
-        "results": None,
-        "basetemp": "",
-        "init_cuda": False,
-        "timeout": 30.0,
-    }
+    """A test's request as its zygote reads it, in a session that keeps two spares."""
+    test = {**REQUEST, "env": env, "nodearg": nodearg, "next_nodearg": next_nodearg}
+    return child_request({**HELLO, "spares": 2}, test)
 
 
 @pytest.fixture
@@ -201,17 +188,10 @@ def test_no_spare_is_set_up_where_the_next_test_is_not_marked(
 @pytest.mark.usefixtures("forks_sound")
 def test_a_spare_sent_no_test_is_not_needed_and_exits_quietly() -> None:
     """The zygote ends (``end``, or its pipe's end read as one) before the spare got a test."""
-    hello: SessionHello = {
-        "cwd": os.getcwd(),
-        "args": [],
-        "cuda_ahead": False,
-        "spares": 2,
-        "live_output": False,
-    }
     pid = os.fork()
     if pid == 0:
         try:
-            _test_of({"kind": "end"}, hello)
+            _test_of({"kind": "end"}, HELLO)
         finally:
             os._exit(7)  # it returned, or raised
     _, status = os.waitpid(pid, 0)

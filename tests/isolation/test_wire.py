@@ -15,25 +15,7 @@ import pytest
 
 from pytest_cudagraph_guard.isolation import preloads, wire
 
-HELLO: wire.SessionHello = {
-    "cwd": "/",
-    "args": ["-q"],
-    "cuda_ahead": True,
-    "spares": None,
-    "live_output": False,
-}
-REQUEST: wire.TestRequest = {
-    "env": {"PYTHONPATH": os.pathsep.join(["/extra", "/lib", "/extra"])},
-    "sys_path": ["", "/lib"],
-    "nodearg": "/tmp/a b/test_x.py::test_y",
-    "trees": True,
-    "switches": True,
-    "next_nodearg": None,
-    "results": "/tmp/a b/results.jsonl",
-    "basetemp": "/tmp",
-    "init_cuda": False,
-    "timeout": 300.0,
-}
+from .conftest import HELLO, REQUEST
 
 
 @pytest.fixture

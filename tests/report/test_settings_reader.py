@@ -7,7 +7,6 @@ sessions."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import pytest
 
@@ -15,19 +14,14 @@ from pytest_cudagraph_guard._torch import config_access, cudagraph_settings, obs
 from pytest_cudagraph_guard._torch.torch_env import user_torch_env
 from pytest_cudagraph_guard.torch_settings import SettingsReader
 
-
-class Cache(dict[str, Any]):
-    """pytest's cache as the reader uses it."""
-
-    def set(self, key: str, value: object) -> None:
-        self[key] = value
+from ..helpers import PytestCache
 
 
 def test_inductors_defaults_are_read_once_and_the_next_reader_takes_them_from_the_cache(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(config_access, "loaded_config", lambda name: None)  # never compiled
-    cache = Cache()
+    cache = PytestCache()
     first = SettingsReader(cache).read()
     assert first["triton.cudagraphs"].value is False
     assert len(cache) == 1
