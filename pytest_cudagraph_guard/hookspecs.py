@@ -31,4 +31,6 @@ def pytest_cudagraph_report_keys(config: pytest.Config) -> list[str]:
 @pytest.hookspec
 def pytest_cudagraph_record(item: pytest.Item, record: JsonObject) -> None:
     """Called once per reported test with its finished record, as the JSON report holds it
-    (builtin types only); what the hook changes in it, the report shows."""
+    (builtin types only), in the process that ran the test (not for a test whose xdist worker
+    died: its record is made where there is no item); what the hook changes in it, the report
+    shows."""

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import pytest
 
 if TYPE_CHECKING:
     from .entries import ErrorEntry, LeakEntry, SettingEntry
+
+T = TypeVar("T")
+D = TypeVar("D")
 
 
 @dataclass
@@ -61,3 +64,13 @@ journal_path_key: pytest.StashKey[Callable[[], str | None]] = pytest.StashKey()
 # Item: failures of the plugin's own code met in the test's hooks and fixtures (kind
 # ``plugin-error``): written by ``fault_guard``; read by ``report.plugin`` for the record.
 plugin_errors_key: pytest.StashKey[list[ErrorEntry]] = pytest.StashKey()
+
+
+def take(item: pytest.Item, key: pytest.StashKey[T], default: D) -> T | D:
+    """What one run of the test left under an item key, taken off the item: a rerun of the same
+    item (pytest-rerunfailures) starts without the last run's leaks, errors and threads."""
+    if key not in item.stash:
+        return default
+    value = item.stash[key]
+    del item.stash[key]
+    return value

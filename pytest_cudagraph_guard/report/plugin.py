@@ -20,8 +20,8 @@ from ..core.entries import ErrorEntry, SettingEntry
 from ..core.markers import plugin_marks
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
 from ..core.outcomes import is_skip_or_xfail
-from ..core.records import USER_PROPERTY, Activity, TestRecord, devices_in, to_json
-from ..core.stash import applied_by_key, leaks_key, plugin_errors_key, thread_run_key
+from ..core.records import USER_PROPERTY, Activity, JsonObject, TestRecord, devices_in, to_json
+from ..core.stash import applied_by_key, leaks_key, plugin_errors_key, take, thread_run_key
 from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser
 from ..fault_guard import Loss, Part, guards, run_ours
 from ..torch_settings import SettingsReader
@@ -125,7 +125,7 @@ class ReportPlugin:
                 failures = self._fail_on(item, record)
                 published = to_json(record)  # what the hook gets and the report's JSON holds
                 self.config.hook.pytest_cudagraph_record(item=item, record=published)
-                item.user_properties.append((USER_PROPERTY, published))
+                _carry(item, published)
         report = yield
         if call.when != "teardown":
             self._phase_done(item, call, phase_outcome(report))
@@ -172,7 +172,7 @@ class ReportPlugin:
         activity = state.activity
         if activity is not None:
             activity.finish()
-        threads = item.stash.get(thread_run_key, None)
+        threads = take(item, thread_run_key, None)
         settings = (threads.settings if threads is not None else None) or state.settings
         if settings is None and runtime.torch_loaded():
             settings = self._settings_now()
@@ -187,9 +187,9 @@ class ReportPlugin:
             activity=activity.as_record() if activity is not None else Activity(),
             errors=[
                 *_errors(state, threads, foreign_errors),
-                *item.stash.get(plugin_errors_key, []),
+                *take(item, plugin_errors_key, []),
             ],
-            leaks=item.stash.get(leaks_key, []),
+            leaks=take(item, leaks_key, []),
             settings_at_end=shown.at_end,
             settings_varied=shown.varied,
             uses_plugin=_uses_plugin(item, cudagraphs_on=self.session.options.on),
@@ -225,6 +225,13 @@ def _errors(
             errors += state.activity.divergences(threads.switches, threads.threads)
         errors += state.activity.findings()
     return errors
+
+
+def _carry(item: pytest.Item, record: JsonObject) -> None:
+    """The record rides on the test's reports as its one ``cudagraph`` user property: an earlier
+    run's (pytest-rerunfailures runs an item again, keeping its properties) gives way."""
+    item.user_properties[:] = [p for p in item.user_properties if p[0] != USER_PROPERTY]
+    item.user_properties.append((USER_PROPERTY, record))
 
 
 def _fail_teardown(report: pytest.TestReport, text: str) -> None:

@@ -1,0 +1,51 @@
+"""A test that pytest-rerunfailures runs again: each run's record says that run alone (its leaks,
+errors and outcome), in the JSON report, in JUnit XML and for ``--cudagraph-fail-on``."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from ..helpers import read_report
+
+FLAKY = """
+import itertools
+
+import torch._inductor.config as config
+
+RUNS = itertools.count()
+
+
+def test_flaky():
+    if next(RUNS) == 0:  # the first run leaks a setting and fails; the rerun is clean
+        config.triton.cudagraphs = True
+        raise ValueError("first run")
+"""
+
+
+def test_a_rerun_is_recorded_without_the_first_runs_leaks_and_errors(
+    ourtester: pytest.Pytester,
+) -> None:
+    ourtester.makepyfile(test_flaky=FLAKY)
+    result = ourtester.runpytest_subprocess(
+        "-p",
+        "rerunfailures",
+        "--reruns=1",
+        "--cudagraph-fail-on=leak",
+        "--cudagraph-report=json:r.json",
+        "--junitxml=j.xml",
+        "-p",
+        "no:cacheprovider",
+    )
+    # The first run's call and its teardown (the leak) are reruns; the rerun passes.
+    assert result.parseoutcomes() | {"warnings": 0} == {"passed": 1, "rerun": 2, "warnings": 0}
+    [record] = read_report(ourtester.path / "r.json")["tests"]
+    assert (record["outcome"], record["errors"], record["leaks"]) == ("passed", [], [])
+    first, rerun = (
+        [(p.get("name"), p.get("value")) for p in case.iter("property")]
+        for case in ET.parse(ourtester.path / "j.xml").iter("testcase")
+    )
+    assert [name for name, _ in first].count("cudagraph") == 1
+    assert ("cudagraph_kind", "leak") in first
+    assert [name for name, _ in rerun] == ["cudagraph"]  # its own record, no kind
