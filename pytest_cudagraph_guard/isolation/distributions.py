@@ -60,28 +60,30 @@ def read_ahead(cwd: str) -> None:
     """In the zygote: reads the distributions for the current ``sys.path`` and the working
     folder ``cwd`` of its test processes, unless read for them already; a reading that fails
     leaves test processes to read for themselves."""
-    here = os.getcwd()
-    try:
-        os.chdir(cwd)  # a relative entry of sys.path ("") is the test process's folder
-    except OSError:
+    with working_in(cwd):  # a relative entry of sys.path ("") is the test process's folder
+        where = _where()
+        if _Store.reading is not None and _Store.reading.where == where:
+            return
         _Store.reading = None
-        return
+        try:
+            found = tuple(_read(_unserved()))
+        except Exception:  # a broken distribution: each session meets it as it would without us
+            return
+        _Store.reading = _Reading(where, found)
+
+
+@contextlib.contextmanager
+def working_in(folder: str | None) -> Iterator[None]:
+    """In ``folder`` (where it can be entered), then back in the zygote's own, the session's
+    folder, where it keeps its spares."""
+    own = os.getcwd()
     try:
-        _read_here()
+        if folder is not None:
+            with contextlib.suppress(OSError):
+                os.chdir(folder)
+        yield
     finally:
-        os.chdir(here)
-
-
-def _read_here() -> None:
-    where = _where()
-    if _Store.reading is not None and _Store.reading.where == where:
-        return
-    _Store.reading = None
-    try:
-        found = tuple(_read(_unserved()))
-    except Exception:  # a broken distribution: each session meets it as it would without us
-        return
-    _Store.reading = _Reading(where, found)
+        os.chdir(own)
 
 
 def _read(found: Iterable[importlib.metadata.Distribution]) -> Iterator[_ReadDistribution]:

@@ -118,37 +118,44 @@ class TestProcess:
 def fork_with_output(replies: int, folder: Path, run: Callable[[int], None]) -> TestProcess:
     """Forks a test process with its output in ``folder``: it calls ``run`` with its end of the
     pipe that says it is done, then exits."""
-    done, says_done = os.pipe()
+
+    def test_process(says_done: int) -> None:
+        _become_test_process(replies, folder)
+        run(says_done)
+
+    return TestProcess(*fork_piped(test_process, CHILD_CRASH_EXIT))
+
+
+def fork_piped(body: Callable[[int], None], exit_code: int = 0) -> tuple[int, int]:
+    """Forks a process in a group of its own (what it starts goes with it), reading nothing,
+    that runs ``body`` with the writing end of a pipe, then exits with ``exit_code``: its pid
+    and the reading end. An ``OSError`` where it cannot be forked."""
+    read, write = os.pipe()
     try:
         pid = os.fork()
     except OSError:
-        os.close(done)
-        os.close(says_done)
+        os.close(read)
+        os.close(write)
         raise
-    if pid:
-        os.close(says_done)
-        return TestProcess(pid, done)
-    try:
-        os.close(done)
-        _become_test_process(replies, folder)
-        run(says_done)
-    finally:
-        os._exit(CHILD_CRASH_EXIT)
+    if pid == 0:
+        try:
+            os.close(read)
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.close(devnull)
+            body(write)
+        finally:
+            os._exit(exit_code)
+    os.close(write)
+    return pid, read
 
 
 def _become_test_process(replies: int, folder: Path) -> None:
     """A process of its own, as a fresh interpreter would be, with its output in ``folder``."""
     gc.enable()
     os.close(replies)
-    os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _redirect_stdio(folder)
-
-
-def _redirect_stdio(folder: Path) -> None:
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
     for fd, name in ((1, STDOUT_NAME), (2, STDERR_NAME)):
         target = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(target, fd)
@@ -257,6 +264,16 @@ def _pidfd(pid: int) -> int | None:
 def kill_group(pid: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def end_child(pid: int) -> None:
+    """Waits for child ``pid``, killed with its group first where it has not ended; what it
+    left behind in its group goes too."""
+    ended, _ = os.waitpid(pid, os.WNOHANG)
+    if not ended:
+        kill_child(pid)
+        os.waitpid(pid, 0)
+    kill_group(pid)
 
 
 def kill_child(pid: int) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from .cuda import CudaUse
-from .forking import RunSpare, TestProcess, fork_hazard, fork_with_output, kill_child
+from .forking import RunSpare, TestProcess, end_child, fork_hazard, fork_with_output
 from .preloads import Timings
 from .wire import STDERR_NAME, STDOUT_NAME, ChildRequest, run_frame, send
 
@@ -229,8 +229,7 @@ def _discard(spare: _Spare, *, running: bool = True) -> None:
     os.close(spare.assignments)  # first: a spare the kill missed then ends at the end of its pipe
     os.close(spare.process.done)
     if running:
-        kill_child(spare.process.pid)
-        os.waitpid(spare.process.pid, 0)
+        end_child(spare.process.pid)
     shutil.rmtree(spare.folder, ignore_errors=True)
 
 

@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from .._torch import process_work, runtime
-from .forking import fork_hazard, kill_child, kill_group
+from .forking import end_child, fork_hazard, fork_piped
 
 # How long a trial may go without a word (each import says it starts) before the import under
 # way is taken for one that hangs: the module is left to the test processes.
@@ -189,21 +189,10 @@ def _packages_holding(name: str) -> list[str]:
 def _trial(body: Callable[[int], None]) -> list[str]:
     """Runs ``body`` in a fork, which writes its lines to the descriptor it is given; those lines,
     until the end of its pipe or :data:`TRIAL_SILENCE_S` without one (it is then killed)."""
-    read, write = os.pipe()
     try:
-        pid = os.fork()
+        pid, read = fork_piped(body)
     except OSError as error:  # no room for another process: the test processes import it all
-        os.close(read)
-        os.close(write)
         return [f"unsound {_NO_TRIAL} {error!r}"]
-    if pid == 0:
-        try:
-            os.close(read)
-            _become_trial()
-            body(write)
-        finally:
-            os._exit(0)
-    os.close(write)
     data = b""
     try:
         while select.select([read], [], [], TRIAL_SILENCE_S)[0]:
@@ -213,26 +202,8 @@ def _trial(body: Callable[[int], None]) -> list[str]:
             data += chunk
     finally:
         os.close(read)
-        _end(pid)
+        end_child(pid)  # killed with its group first where it has not ended (it hung)
     return data.decode(errors="replace").splitlines()
-
-
-def _become_trial() -> None:
-    """A process group of its own (what it starts goes with it, if it hangs), reading nothing
-    of the zygote's requests."""
-    os.setsid()
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-
-
-def _end(pid: int) -> None:
-    """Waits for the trial, killed with its group first where it has not ended (it hung)."""
-    ended, _ = os.waitpid(pid, os.WNOHANG)
-    if not ended:
-        kill_child(pid)
-        os.waitpid(pid, 0)
-    kill_group(pid)  # what it started and left behind
 
 
 def _read_trial(lines: list[str]) -> _Trial:

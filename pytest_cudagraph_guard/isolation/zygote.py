@@ -7,7 +7,6 @@ load ahead for the next ones (:class:`Learner`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import itertools
@@ -16,7 +15,6 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -26,9 +24,9 @@ from .forking import (
     Exiting,
     RunChild,
     RunSpare,
+    end_child,
     fork_hazard,
     fork_with_output,
-    kill_child,
     wait_child,
 )
 from .preloads import PRELOAD_FIRST, PRELOAD_FOR_COMPILING, needed_modules, trusted
@@ -58,27 +56,6 @@ _PARENT = os.getppid()
 WALK_BEFORE_FORK_S = 120.0
 
 
-class Preloads:
-    """Preloads, each failure told to the parent once and not tried again."""
-
-    def __init__(self, replies: int) -> None:
-        self.replies = replies
-        self.failed: set[str] = set()
-
-    def load(self, name: str, *, tell: bool = True) -> None:
-        if name not in self.failed:
-            notice = preload(name)
-            if tell:
-                self.fail(name, notice)
-            elif notice is not None:
-                self.failed.add(name)
-
-    def fail(self, name: str, notice: str | None) -> None:
-        if notice is not None and name not in self.failed:
-            self.failed.add(name)
-            send(self.replies, "notice", reason=notice)
-
-
 def serve() -> NoReturn:
     replies = os.dup(1)
     os.dup2(2, 1)  # stray prints of imported modules must not reach the protocol pipe
@@ -86,9 +63,9 @@ def serve() -> NoReturn:
     # Collections while importing free next to nothing and take a quarter of the imports' time
     # (torch, dynamo); each preload ends with gc.freeze(), and test processes collect again.
     gc.disable()
-    preloads = Preloads(replies)
+    learner = Learner(replies)
     for name in PRELOAD_FIRST:
-        preloads.load(name)
+        learner.preload(name)
     from .child import run_child, run_spare  # after pytest, with the collector off
 
     send(replies, "ready", pid=os.getpid())
@@ -96,13 +73,12 @@ def serve() -> NoReturn:
 
     if not cudagraph_settings.settings_can_wait_for_import():
         for name in PRELOAD_FOR_COMPILING:
-            preloads.load(name)
+            learner.preload(name)
     requests = FrameReader(0)  # from the parent, which says its hello first
     hello = requests.next()
     if hello is None or hello["kind"] != "hello":
         _leave_no_files()  # the parent went away before it said it
         os._exit(0)
-    learner = Learner(preloads)
     server = _Server(
         requests, hello_of(hello), replies, learner, run_child=run_child, run_spare=run_spare
     )
@@ -180,8 +156,7 @@ class _Server:
             self.spares.expect(request["next_nodearg"])
         ended = wait_child(process, self.requests.fd, self.exiting)
         if ended is None:  # the parent is gone: so is the test
-            kill_child(pid)
-            os.waitpid(pid, 0)
+            end_child(pid)
             self.exit(wait=False)
         deadline = _ending_deadline(request, started)
         self._finished(pid, Path(request_path).parent, *ended, deadline=deadline)
@@ -246,10 +221,25 @@ class Learner:
     at once, the others as far as a walk in trial forks shows that forks stay sound
     (:mod:`.walk`), each module once."""
 
-    def __init__(self, preloads: Preloads) -> None:
-        self.preloads = preloads
+    def __init__(self, replies: int) -> None:
+        self.replies = replies
         self.tried: set[str] = set()  # modules and torch's work, walked once each
+        self.failed: set[str] = set()  # preloads that failed, each told once, not tried again
         self.cwd: str | None = None  # the test processes' working directory, once known
+
+    def preload(self, name: str, *, tell: bool = True) -> None:
+        """Imports ``name`` here; a failure is told to the parent once (with ``tell``)."""
+        if name not in self.failed:
+            notice = preload(name)
+            if tell:
+                self.fail(name, notice)
+            elif notice is not None:
+                self.failed.add(name)
+
+    def fail(self, name: str, notice: str | None) -> None:
+        if notice is not None and name not in self.failed:
+            self.failed.add(name)
+            send(self.replies, "notice", reason=notice)
 
     def take(self, request: ChildRequest) -> None:
         """The test processes' working directory and ``sys.path``, as ``request`` says: what
@@ -262,10 +252,10 @@ class Learner:
         ``spares`` forked before the zygote had the compiling modules would import them again:
         they go."""
         compiling = _compiling_modules_loaded()
-        with _working_in(self.cwd):
+        with distributions.working_in(self.cwd):
             for name in needed["modules"]:
                 if trusted(name) and name not in sys.modules:
-                    self.preloads.load(name)
+                    self.preload(name)
             self._walk(needed["plugins"], tell=True)
             self._walk(needed["started"], tell=False)
         if spares is not None and _compiling_modules_loaded() != compiling:
@@ -283,7 +273,7 @@ class Learner:
             return
         loaded, done = len(sys.modules), process_work.done_here()
         work = [name for name in imports["work"] if name not in self.tried]
-        with _working_in(self.cwd):
+        with distributions.working_in(self.cwd):
             for names in _split_at_work(imports["names"], work):
                 if not self._walk(names, tell=False, until=until):
                     break
@@ -300,11 +290,11 @@ class Learner:
         names = [name for name in names if name not in sys.modules and name not in self.tried]
         if not names:
             return True
-        walked = walk_imports(names, functools.partial(self.preloads.load, tell=False), until)
+        walked = walk_imports(names, functools.partial(self.preload, tell=False), until)
         self.tried.update(name for name in names if name not in walked.pending)
         _said(walked)
         for name, error in walked.failed.items() if tell else ():
-            self.preloads.fail(name, preload_failure(name, error))
+            self.fail(name, preload_failure(name, error))
         return not walked.pending
 
 
@@ -323,20 +313,6 @@ def _said(walked: Walked) -> None:
     """What a walk left to the test processes, in the zygote's log."""
     for name, why in walked.unsound.items():
         print(f"zygote: left to the test processes: {name} ({why})", file=sys.stderr)
-
-
-@contextlib.contextmanager
-def _working_in(folder: str | None) -> Iterator[None]:
-    """In ``folder`` (where it can be entered), then back in the zygote's own, the session's
-    folder, where it keeps its spares."""
-    own = os.getcwd()
-    try:
-        if folder is not None:
-            with contextlib.suppress(OSError):
-                os.chdir(folder)
-        yield
-    finally:
-        os.chdir(own)
 
 
 def _leave_no_files() -> None:
