@@ -228,11 +228,12 @@ def thread_error_hint(exc: BaseException, thread_name: str) -> str:
     )
 
 
-def _has_inductor_key(key: str) -> bool:
+def _where_inductor_has(key: str, text: str) -> str:
+    """``text`` where torch's inductor config has ``key`` (an advice naming it), else none."""
     from ._torch import config_access
 
     config = config_access.loaded_config(config_access.INDUCTOR_CONFIG)
-    return config is not None and config.has_key(key)
+    return text if config is not None and config.has_key(key) else ""
 
 
 def overwritten_output_hint(gradient: bool = False) -> str:
@@ -243,10 +244,8 @@ def overwritten_output_hint(gradient: bool = False) -> str:
             "buffers before the compiled backward first runs (an eager warm-up step, or zeroed "
             "tensors), or set .grad to None before each backward"
         )
-    cloning = (
-        f", or set torch._inductor.config.{GENERATION_CLONING} = 'user_visible'"
-        if _has_inductor_key(GENERATION_CLONING)
-        else ""
+    cloning = _where_inductor_has(
+        GENERATION_CLONING, f", or set torch._inductor.config.{GENERATION_CLONING} = 'user_visible'"
     )
     return (
         "an output of a CUDA graph was read after a later replay reused its memory: clone it "
@@ -256,10 +255,9 @@ def overwritten_output_hint(gradient: bool = False) -> str:
 
 
 def pool_leak_hint() -> str:
-    history = (
-        f"; set torch._inductor.config.{HISTORY_RECORDING} = True to see where it was allocated"
-        if _has_inductor_key(HISTORY_RECORDING)
-        else ""
+    history = _where_inductor_has(
+        HISTORY_RECORDING,
+        f"; set torch._inductor.config.{HISTORY_RECORDING} = True to see where it was allocated",
     )
     return (
         "a tensor allocated in the CUDA graph pool is alive but is no output torch tracks: a "
@@ -294,10 +292,9 @@ def rerecord_hint(reason: str) -> str:
             "torch.compiler.cudagraph_mark_step_begin() before each step"
         )
     if "input size" in text:
-        sizes = (
-            f", or list the sizes worth a graph in torch._inductor.config.{CAPTURE_SIZES}"
-            if _has_inductor_key(CAPTURE_SIZES)
-            else ""
+        sizes = _where_inductor_has(
+            CAPTURE_SIZES,
+            f", or list the sizes worth a graph in torch._inductor.config.{CAPTURE_SIZES}",
         )
         return f"each new input size records another CUDA graph: pad inputs to a few sizes{sizes}"
     return "a graph recorded again costs a capture each time: find what changes between calls"

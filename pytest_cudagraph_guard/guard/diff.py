@@ -43,21 +43,14 @@ class Change(NamedTuple):
 
     def as_leak(self) -> LeakEntry:
         from ..core.entries import LeakEntry
+        from ..torch_settings import jsonable  # the markers as _show writes them
 
         return LeakEntry(
             key=self.written_as or self.qualified_key,
-            before=_shown_value(self.before),
-            after=_shown_value(self.after),
+            before=jsonable(self.before),
+            after=jsonable(self.after),
             alias_of=self.qualified_key if self.written_as else None,
         )
-
-
-def _shown_value(value: Any) -> Any:
-    if value is values.HIDDEN or value is values.UNSET or value == ENV_UNSET:
-        return _show(value)
-    from ..torch_settings import jsonable
-
-    return jsonable(value)
 
 
 def _show(value: Any) -> str:

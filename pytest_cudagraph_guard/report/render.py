@@ -58,7 +58,7 @@ def brief_lines(record: TestRecord) -> list[str]:
     """A test's block in ``term``: where it ran, a setting torch acted under two values, and its
     entries (identical ones of several threads grouped) with their hints, in a few lines: the
     longer texts are cut to fit, hints first."""
-    varied = _settings_text(record, only_varied=True)
+    varied = _settings_text(record, everything=False)
     body = [cut(f"  settings: {varied}", WIDTH)] if varied else []
     room = BLOCK_LINES - 1 - len(body)
     groups = grouped(record_entries(record))
@@ -146,28 +146,18 @@ def _activity_lines(activity: Activity) -> list[str]:
     return lines
 
 
-def _settings_text(
-    record: TestRecord, *, everything: bool = False, only_varied: bool = False
-) -> str:
+def _settings_text(record: TestRecord, *, everything: bool) -> str:
     """One value per key, the one torch acted under; a second only where torch acted under
-    another one too (``triton.cudagraphs=True (test), also False``). Shown: the keys not at
-    their default (``only_varied``: the keys torch acted under two values; ``everything``: the
-    CUDA-graph switches too, and a count of the rest)."""
+    another one too (``triton.cudagraphs=True (test), also False``). Shown: the keys torch acted
+    under two values; ``everything``: the keys not at their default and the CUDA-graph switches
+    too, and a count of the rest."""
     varied = record.settings_varied
-    switches: tuple[str, ...] = ()
-    if everything:
-        switches = CUDAGRAPH_SWITCHES
-    shown = []
-    for key, entry in record.settings.items():
-        if only_varied:
-            wanted = key in varied
-        else:
-            switch = key in switches
-            wanted = entry.source != "default" or key in varied or switch
-        if wanted:
-            shown.append(
-                f"{key}={entry.value!r} ({entry.source})" + _also(entry.value, varied.get(key, []))
-            )
+    shown = [
+        f"{key}={entry.value!r} ({entry.source})" + _also(entry.value, varied.get(key, []))
+        for key, entry in record.settings.items()
+        if key in varied
+        or (everything and (entry.source != "default" or key in CUDAGRAPH_SWITCHES))
+    ]
     if everything and len(record.settings) > len(shown):
         shown.append(f"{len(record.settings) - len(shown)} more at their defaults")
     return "; ".join(shown)
