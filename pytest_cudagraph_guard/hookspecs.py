@@ -31,6 +31,6 @@ def pytest_cudagraph_report_keys(config: pytest.Config) -> list[str]:
 @pytest.hookspec
 def pytest_cudagraph_record(item: pytest.Item, record: JsonObject) -> None:
     """Called once per reported test with its finished record, as the JSON report holds it
-    (builtin types only), in the process that ran the test (not for a test whose xdist worker
-    died: its record is made where there is no item); what the hook changes in it, the report
-    shows."""
+    (builtin types only), where the test's item is (not for a test whose xdist worker died:
+    its record is made on the controller, which has no item); what the hook changes in it, the
+    report shows."""

@@ -84,6 +84,7 @@ class ReportPlugin:
     @guards(PART)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self._thread_watch.cover_phase()
+        _drop_record(item)  # a rerun's reports carry its own record, none of an earlier run's
         activity = None
         if runtime.torch_loaded():
             from .._torch import observe
@@ -228,10 +229,15 @@ def _errors(
 
 
 def _carry(item: pytest.Item, record: JsonObject) -> None:
-    """The record rides on the test's reports as its one ``cudagraph`` user property: an earlier
-    run's (pytest-rerunfailures runs an item again, keeping its properties) gives way."""
-    item.user_properties[:] = [p for p in item.user_properties if p[0] != USER_PROPERTY]
+    """The record rides on the test's reports as its one ``cudagraph`` user property."""
+    _drop_record(item)
     item.user_properties.append((USER_PROPERTY, record))
+
+
+def _drop_record(item: pytest.Item) -> None:
+    """An earlier run's record off the item (pytest-rerunfailures runs an item again, keeping
+    its user properties)."""
+    item.user_properties[:] = [p for p in item.user_properties if p[0] != USER_PROPERTY]
 
 
 def _fail_teardown(report: pytest.TestReport, text: str) -> None:

@@ -66,9 +66,13 @@ def test_two_sessions_in_one_process_record_what_two_processes_do(
 
 
 def test_a_session_leaves_no_import_hook_and_no_notice_behind(ourtester: pytest.Pytester) -> None:
+    import importlib
     import sys
 
-    from pytest_cudagraph_guard._torch import faults, import_hooks
+    # The modules as sys.modules has them: an earlier in-process session (pytester's) may
+    # have dropped them from it, leaving the package's attributes naming the old ones.
+    faults = importlib.import_module("pytest_cudagraph_guard._torch.faults")
+    import_hooks = importlib.import_module("pytest_cudagraph_guard._torch.import_hooks")
 
     ourtester.makeconftest(
         """

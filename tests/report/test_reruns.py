@@ -9,6 +9,8 @@ import pytest
 
 from ..helpers import read_report
 
+pytest.importorskip("pytest_rerunfailures", reason="pytest-rerunfailures is in the test extra")
+
 FLAKY = """
 import itertools
 
@@ -22,12 +24,20 @@ def test_flaky():
         config.triton.cudagraphs = True
         raise ValueError("first run")
 """
+# Each report's phase, outcome and the outcomes of the records it carries, a line each.
+CARRIED = """
+def pytest_runtest_logreport(report):
+    records = [v["outcome"] for n, v in report.user_properties if n == "cudagraph"]
+    with open("carried.txt", "a") as out:
+        print(report.when, report.outcome, *records, file=out)
+"""
 
 
 def test_a_rerun_is_recorded_without_the_first_runs_leaks_and_errors(
     ourtester: pytest.Pytester,
 ) -> None:
     ourtester.makepyfile(test_flaky=FLAKY)
+    ourtester.makeconftest(CARRIED)
     result = ourtester.runpytest_subprocess(
         "-p",
         "rerunfailures",
@@ -49,3 +59,12 @@ def test_a_rerun_is_recorded_without_the_first_runs_leaks_and_errors(
     assert [name for name, _ in first].count("cudagraph") == 1
     assert ("cudagraph_kind", "leak") in first
     assert [name for name, _ in rerun] == ["cudagraph"]  # its own record, no kind
+    carried = (ourtester.path / "carried.txt").read_text().splitlines()
+    assert carried == [
+        "setup passed",
+        "call rerun",
+        "teardown rerun failed",  # the first run's record, on its last report
+        "setup passed",  # the rerun's reports carry no record of the first run
+        "call passed",
+        "teardown passed passed",
+    ]
