@@ -43,7 +43,7 @@ class Change(NamedTuple):
 
     def as_leak(self) -> LeakEntry:
         from ..core.entries import LeakEntry
-        from ..torch_settings import jsonable  # the markers as _show writes them
+        from ..torch_settings import jsonable  # the markers as their repr, as in _show
 
         return LeakEntry(
             key=self.written_as or self.qualified_key,
@@ -54,9 +54,8 @@ class Change(NamedTuple):
 
 
 def _show(value: Any) -> str:
-    if value is values.HIDDEN or value is values.UNSET or value == ENV_UNSET:
-        return "<deleted>" if value is values.HIDDEN else "<unset>"
-    return repr(value)
+    """A value in a leak's message: the markers bare (theirs is their ``repr``)."""
+    return ENV_UNSET if isinstance(value, str) and value == ENV_UNSET else repr(value)
 
 
 class _KeyDiff(NamedTuple):

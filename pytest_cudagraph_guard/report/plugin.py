@@ -20,7 +20,7 @@ from ..core.entries import ErrorEntry, SettingEntry
 from ..core.markers import plugin_marks
 from ..core.options import CUDAGRAPH_SKIP, LEAK, option_flag
 from ..core.outcomes import is_skip_or_xfail
-from ..core.records import USER_PROPERTY, Activity, JsonObject, TestRecord, devices_in, to_json
+from ..core.records import USER_PROPERTY, Activity, TestRecord, devices_in, to_json
 from ..core.stash import applied_by_key, leaks_key, plugin_errors_key, take, thread_run_key
 from ..diagnosis import DiagnoseHook, error_record, hook_diagnoser
 from ..fault_guard import Loss, Part, guards, run_ours
@@ -121,12 +121,14 @@ class ReportPlugin:
         if call.when == "teardown":  # the record rides on the teardown report, so it is built first
             failed = call.excinfo is not None and not is_skip_or_xfail(call.excinfo.value)
             self._phase_done(item, call, "failed" if failed else "passed")
-            record = self._record_for(item, self._thread_watch.drain())
-            if record is not None:
-                failures = self._fail_on(item, record)
+            state = take(item, test_state_key, None)  # this run's, set as its setup began
+            foreign_errors = self._thread_watch.drain()
+            if state is not None:
+                record = self._record_for(item, state, foreign_errors)
+                failures = self._fail_on(state, record)
                 published = to_json(record)  # what the hook gets and the report's JSON holds
                 self.config.hook.pytest_cudagraph_record(item=item, record=published)
-                _carry(item, published)
+                item.user_properties.append((USER_PROPERTY, published))
         report = yield
         if call.when != "teardown":
             self._phase_done(item, call, phase_outcome(report))
@@ -134,12 +136,11 @@ class ReportPlugin:
             _fail_teardown(report, failure_text(item.nodeid, failures))
         return report
 
-    def _fail_on(self, item: pytest.Item, record: TestRecord) -> list[str]:
+    def _fail_on(self, state: TestState, record: TestRecord) -> list[str]:
         """The record's entries that ``--cudagraph-fail-on`` fails the test for; the record's
         outcome says so."""
         found = fail_on_findings(record, self.fail_on) if self.fail_on else []
-        state = item.stash.get(test_state_key, None)
-        if found and state is not None:
+        if found:
             state.outcomes["teardown"] = "failed"
             record.outcome = overall_outcome(state.outcomes)
         return found
@@ -164,10 +165,9 @@ class ReportPlugin:
             thread = thread_names.thread_label()
             state.errors.append(error_record(excinfo.value, thread, self._diagnose_hook))
 
-    def _record_for(self, item: pytest.Item, foreign_errors: list[ErrorEntry]) -> TestRecord | None:
-        state = item.stash.get(test_state_key, None)
-        if state is None:
-            return None
+    def _record_for(
+        self, item: pytest.Item, state: TestState, foreign_errors: list[ErrorEntry]
+    ) -> TestRecord:
         with self._lock:
             self._current = None
         activity = state.activity
@@ -226,12 +226,6 @@ def _errors(
             errors += state.activity.divergences(threads.switches, threads.threads)
         errors += state.activity.findings()
     return errors
-
-
-def _carry(item: pytest.Item, record: JsonObject) -> None:
-    """The record rides on the test's reports as its one ``cudagraph`` user property."""
-    _drop_record(item)
-    item.user_properties.append((USER_PROPERTY, record))
 
 
 def _drop_record(item: pytest.Item) -> None:
